@@ -1,0 +1,80 @@
+"""Exception hierarchy: one root, one ``exit_code`` per class for the CLI."""
+
+from __future__ import annotations
+
+
+class DependencyTrackerError(Exception):
+    """Root of every error the tracker raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigurationError(DependencyTrackerError):
+    """A required setting is missing or malformed."""
+
+    exit_code = 2
+
+    def __init__(self, variable: str, reason: str = "is not set") -> None:
+        self.variable = variable
+        super().__init__(f"configuration: {variable} {reason}")
+
+
+class InvalidMessageError(DependencyTrackerError):
+    """A process-queue message cannot be turned into work.
+
+    ``retryable`` tells the handler whether redelivery could help (a missing S3
+    object may appear; malformed JSON never heals). ``task_token`` is whatever
+    token could be read from the broken message, so the parent can be told.
+    """
+
+    exit_code = 3
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        retryable: bool = False,
+        task_token: str | None = None,
+        payload_id: str | None = None,
+    ) -> None:
+        self.reason = reason
+        self.retryable = retryable
+        self.task_token = task_token
+        self.payload_id = payload_id
+        super().__init__(f"invalid message: {reason}")
+
+
+class UnknownWorkflowError(DependencyTrackerError):
+    """No state machine exists for the payload's workflow (yet)."""
+
+    exit_code = 4
+
+    def __init__(self, workflow: str, state_machine_arn: str) -> None:
+        self.workflow = workflow
+        self.state_machine_arn = state_machine_arn
+        super().__init__(f"unknown workflow {workflow!r}: no state machine {state_machine_arn}")
+
+
+class PayloadNotFoundError(DependencyTrackerError):
+    """The state table holds no item for the payload id."""
+
+    exit_code = 5
+
+    def __init__(self, payload_id: str) -> None:
+        self.payload_id = payload_id
+        super().__init__(f"payload not found: {payload_id}")
+
+
+class TransitionConflictError(DependencyTrackerError):
+    """A conditional write lost its race; expected under concurrency."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"transition conflict: {what}")
+
+
+class CallbackDeliveryError(DependencyTrackerError):
+    """``SendTaskSuccess``/``SendTaskFailure`` failed and should be retried."""
+
+    def __init__(self, code: str, token_hash: str) -> None:
+        self.code = code
+        super().__init__(f"callback delivery failed ({code}) for token {token_hash}")

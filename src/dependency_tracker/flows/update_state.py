@@ -1,0 +1,134 @@
+"""Update-state flow: record how an execution ended, then resolve its waiters.
+
+Writes the final state first and reads the waiter rows second (the ordering
+rule in docs/architecture.md), so a waiter registered concurrently is seen
+either here or by the process flow.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum, unique
+from typing import TYPE_CHECKING, Self
+
+from aws_lambda_powertools.metrics import MetricUnit
+from pydantic import ValidationError
+
+from dependency_tracker import naming
+from dependency_tracker.clients import client
+from dependency_tracker.errors import TransitionConflictError
+from dependency_tracker.flows._text import clip
+from dependency_tracker.models import ProcessPayload, Resolution
+from dependency_tracker.observability import logger, metrics
+from dependency_tracker.stores import DependencyTable, StateTable
+
+if TYPE_CHECKING:
+    from mypy_boto3_stepfunctions import SFNClient
+
+    from dependency_tracker.models import StatusChange
+    from dependency_tracker.settings import Settings
+
+
+@unique
+class UpdateAction(StrEnum):
+    """What the update-state flow did with a status change."""
+
+    RECORDED = "recorded"  # final state written, waiters resolved
+    REPEATED = "repeated"  # same result already stored; waiters resolved again (idempotent)
+    STALE = "stale"  # an older attempt or a foreign run while an attempt is live
+    NOT_TERMINAL = "not_terminal"  # the execution still runs
+    NOT_MANAGED = "not_managed"  # not a {prefix}-* state machine
+    UNKNOWN_INPUT = "unknown_input"  # the execution input is not a process payload
+
+    @property
+    def metric_name(self) -> str:
+        """CloudWatch metric counting this action, e.g. ``StatusRecorded``."""
+        return "Status" + self.value.title().replace("_", "")
+
+
+class UpdateStateFlow:
+    """Handles one execution status change."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        states: StateTable,
+        dependencies: DependencyTable,
+        sfn: SFNClient,
+    ) -> None:
+        self.settings = settings
+        self.states = states
+        self.dependencies = dependencies
+        self._sfn = sfn
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """Flow wired to the default boto3 clients."""
+        dynamodb = client("dynamodb")
+        return cls(
+            settings=settings,
+            states=StateTable(dynamodb, settings.state_table),
+            dependencies=DependencyTable(dynamodb, settings.dependency_table),
+            sfn=client("stepfunctions"),
+        )
+
+    def handle(self, change: StatusChange) -> UpdateAction:
+        """Record ``change`` on the payload and resolve the payload's waiters."""
+        logger.append_keys(execution_arn=change.execution_arn)
+        action, resolved = self._handle(change)
+        logger.info("status change handled", extra={"action": action.value, "resolved": resolved})
+        metrics.add_metric(name=action.metric_name, unit=MetricUnit.Count, value=1)
+        if resolved:
+            metrics.add_metric(name="WaitersResolved", unit=MetricUnit.Count, value=resolved)
+        return action
+
+    def _handle(self, change: StatusChange) -> tuple[UpdateAction, int]:
+        final = change.final_state
+        if final is None:
+            return UpdateAction.NOT_TERMINAL, 0
+        workflow = self.settings.workflow_of(change.state_machine_name)
+        if workflow is None:
+            return UpdateAction.NOT_MANAGED, 0
+        payload = self._payload_of(change)
+        if payload is None:
+            return UpdateAction.UNKNOWN_INPUT, 0
+        logger.set_correlation_id(payload.id)
+        error = change.failure_error if not final.is_success else None
+        cause = clip(change.cause) if not final.is_success else None
+        try:
+            item = self.states.set_final(
+                payload_id=payload.id,
+                workflow=workflow,
+                state=final,
+                execution_arn=change.execution_arn,
+                attempt=naming.attempt_of(change.name, payload.id),
+                error=error,
+                cause=cause,
+            )
+            action = UpdateAction.RECORDED
+        except TransitionConflictError:
+            current = self.states.get(payload.id)
+            if (
+                current is None
+                or current.execution_arn != change.execution_arn
+                or current.state is not final
+            ):
+                return UpdateAction.STALE, 0
+            # A repeat: the first delivery may have died before resolving everyone.
+            item, action = current, UpdateAction.REPEATED
+        resolved = self.dependencies.resolve_all(payload.id, Resolution.of(item, replayed=False))
+        return action, resolved
+
+    def _payload_of(self, change: StatusChange) -> ProcessPayload | None:
+        text = change.input
+        if text is None or not change.input_details.included:
+            # EventBridge leaves out inputs over 248 KiB; ask Step Functions.
+            text = self._sfn.describe_execution(executionArn=change.execution_arn).get("input")
+        try:
+            return ProcessPayload.model_validate_json(text or "")
+        except ValidationError as exc:
+            logger.error(
+                "execution input is not a process payload",
+                extra={"error_count": exc.error_count()},
+            )
+            return None

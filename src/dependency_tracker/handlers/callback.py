@@ -1,0 +1,62 @@
+"""``callback`` Lambda: dependency-table stream → :class:`CallbackFlow`, per-record failures."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from pydantic import ValidationError
+
+from dependency_tracker.flows.callback import CallbackFlow
+from dependency_tracker.models import WaiterItem
+from dependency_tracker.observability import logger, metrics
+from dependency_tracker.settings import get_settings
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+    from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import (
+        DynamoDBRecord,
+    )
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+processor = BatchProcessor(
+    event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False
+)
+
+
+@cache
+def callback_flow() -> CallbackFlow:
+    """The flow of this Lambda environment, built on first use."""
+    return CallbackFlow.from_settings(get_settings())
+
+
+def record_handler(record: DynamoDBRecord) -> None:
+    """Notify the parent of one waiter row; raising fails only this record."""
+    if record.dynamodb is None:
+        return
+    image = record.dynamodb.new_image
+    if not image:  # a REMOVE (TTL expiry): nothing to tell anyone
+        return
+    with logger.append_context_keys(sequence_number=record.dynamodb.sequence_number):
+        try:
+            waiter = WaiterItem.from_plain(image)
+        except ValidationError:
+            logger.exception("stream image is not a waiter row")
+            metrics.add_metric(name="InvalidWaiterImages", unit=MetricUnit.Count, value=1)
+            raise
+        callback_flow().handle(waiter)
+
+
+@logger.inject_lambda_context(clear_state=True)
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    """DynamoDB stream event → ``{"batchItemFailures": [...]}``."""
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )

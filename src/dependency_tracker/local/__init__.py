@@ -1,0 +1,1 @@
+"""Local mode: run the deployed handlers against moto, fed by event pumps."""

@@ -1,0 +1,90 @@
+"""Runtime settings: the one place that reads environment variables."""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from typing import Self
+
+from pydantic import BaseModel, Field
+
+from dependency_tracker.errors import ConfigurationError
+
+ENV_STATE_TABLE = "DEPTRACK_STATE_TABLE"
+ENV_DEPENDENCY_TABLE = "DEPTRACK_DEPENDENCY_TABLE"
+ENV_PREFIX = "DEPTRACK_PREFIX"
+ENV_WORKFLOW_ARN_PREFIX = "DEPTRACK_WORKFLOW_ARN_PREFIX"
+ENV_WAITER_RETENTION_DAYS = "DEPTRACK_WAITER_RETENTION_DAYS"
+ENV_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
+
+DEFAULT_PREFIX = "deptrack"
+DEFAULT_METRICS_NAMESPACE = "DependencyTracker"
+
+
+class Settings(BaseModel, frozen=True):
+    """What the flows need to know about their deployment.
+
+    Attributes:
+        state_table: Name of the payload state table.
+        dependency_table: Name of the dependency (waiter) table.
+        workflow_arn_prefix: ARN of a managed state machine minus its workflow
+            name, e.g. ``arn:aws:states:us-east-1:123456789012:stateMachine:deptrack-``.
+        prefix: Name prefix of managed state machines (``{prefix}-{workflow}``).
+        waiter_retention_days: How long a notified waiter row is kept (TTL).
+    """
+
+    state_table: str
+    dependency_table: str
+    workflow_arn_prefix: str
+    prefix: str = DEFAULT_PREFIX
+    waiter_retention_days: int = Field(default=7, ge=1)
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> Self:
+        """Build settings from ``DEPTRACK_*`` variables; explicit overrides win.
+
+        Raises:
+            ConfigurationError: A required variable is missing or malformed.
+        """
+        values: dict[str, object] = {
+            "state_table": _required(ENV_STATE_TABLE),
+            "dependency_table": _required(ENV_DEPENDENCY_TABLE),
+            "workflow_arn_prefix": _required(ENV_WORKFLOW_ARN_PREFIX),
+            "prefix": os.getenv(ENV_PREFIX) or DEFAULT_PREFIX,
+        }
+        retention = os.getenv(ENV_WAITER_RETENTION_DAYS)
+        if retention:
+            if not retention.isdigit() or int(retention) < 1:
+                raise ConfigurationError(ENV_WAITER_RETENTION_DAYS, "must be a positive integer")
+            values["waiter_retention_days"] = int(retention)
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        return cls.model_validate(values)
+
+    def state_machine_arn(self, workflow: str) -> str:
+        """ARN of the managed state machine that runs ``workflow``."""
+        return f"{self.workflow_arn_prefix}{workflow}"
+
+    def workflow_of(self, state_machine_name: str) -> str | None:
+        """Workflow name of a managed state machine, or None if it is not ours."""
+        head = f"{self.prefix}-"
+        if state_machine_name.startswith(head) and len(state_machine_name) > len(head):
+            return state_machine_name[len(head) :]
+        return None
+
+
+def _required(name: str) -> str:
+    value = os.getenv(name)
+    if not value:
+        raise ConfigurationError(name)
+    return value
+
+
+def metrics_namespace() -> str:
+    """CloudWatch namespace for metrics (Powertools' own variable, with our default)."""
+    return os.getenv(ENV_METRICS_NAMESPACE) or DEFAULT_METRICS_NAMESPACE
+
+
+@cache
+def get_settings() -> Settings:
+    """Settings of this process, read once."""
+    return Settings.from_env()

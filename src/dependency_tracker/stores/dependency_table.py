@@ -1,0 +1,173 @@
+"""The dependency table: who waits on which payload, one row per (payload, token hash)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from dependency_tracker.models import PayloadState, Resolution, WaiterItem, utcnow
+from dependency_tracker.stores._dynamodb import is_conditional_failure, values
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+# Resolving a hot payload's waiters is I/O bound; a few threads keep it fast
+# without bursting past the table's (on-demand) write throughput.
+DEFAULT_RESOLVE_CONCURRENCY = 8
+
+
+class DependencyTable:
+    """Registers, resolves and retires waiter rows."""
+
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        table_name: str,
+        *,
+        resolve_concurrency: int = DEFAULT_RESOLVE_CONCURRENCY,
+    ) -> None:
+        self._client = client
+        self.table_name = table_name
+        self._resolve_concurrency = max(1, resolve_concurrency)
+
+    def register(self, waiter: WaiterItem) -> bool:
+        """Write a waiter row unless it exists; returns False for a duplicate delivery."""
+        try:
+            self._client.put_item(
+                TableName=self.table_name,
+                Item=waiter.to_item(),
+                ConditionExpression="attribute_not_exists(waiter_id)",
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def get(self, payload_id: str, waiter_id: str) -> WaiterItem | None:
+        """Strongly consistent read of one waiter row."""
+        response = self._client.get_item(
+            TableName=self.table_name, Key=_key(payload_id, waiter_id), ConsistentRead=True
+        )
+        item = response.get("Item")
+        return None if item is None else WaiterItem.from_item(item)
+
+    def waiters(self, payload_id: str) -> Iterator[WaiterItem]:
+        """Every waiter row of a payload (strongly consistent, paginated)."""
+        for page in self._pages(payload_id, only_pending=False):
+            yield from (WaiterItem.from_item(item) for item in page)
+
+    def pending_ids(self, payload_id: str) -> Iterator[list[str]]:
+        """Pages of waiter ids of a payload that are still ``PROCESSING``."""
+        for page in self._pages(payload_id, only_pending=True):
+            yield [item["waiter_id"]["S"] for item in page]
+
+    def resolve(self, payload_id: str, waiter_id: str, resolution: Resolution) -> bool:
+        """Move one waiter from ``PROCESSING`` to its final state.
+
+        Returns False when the row was already resolved (or is gone): both
+        sides of the ordering rule may try, and only the first write counts.
+        """
+        now = utcnow()
+        sets = [
+            "workflow_state = :state",
+            "replayed = :replayed",
+            "resolved_at = :now",
+            "updated_at = :now",
+        ]
+        plain: dict[str, object] = {
+            "state": resolution.state.value,
+            "replayed": resolution.replayed,
+            "now": now,
+            "processing": PayloadState.PROCESSING.value,
+        }
+        for name in ("execution_arn", "error", "cause"):
+            value = getattr(resolution, name)
+            if value is not None:
+                sets.append(f"{name} = :{name}")
+                plain[name] = value
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=_key(payload_id, waiter_id),
+                UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression="workflow_state = :processing",
+                ExpressionAttributeValues=values(**plain),
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def resolve_all(self, payload_id: str, resolution: Resolution) -> int:
+        """Resolve every still-``PROCESSING`` waiter of a payload; returns how many moved."""
+        resolved = 0
+        with ThreadPoolExecutor(max_workers=self._resolve_concurrency) as pool:
+            for page in self.pending_ids(payload_id):
+                if len(page) == 1:
+                    resolved += self.resolve(payload_id, page[0], resolution)
+                    continue
+                outcomes = pool.map(
+                    lambda waiter_id: self.resolve(payload_id, waiter_id, resolution), page
+                )
+                resolved += sum(outcomes)
+        return resolved
+
+    def mark_notified(
+        self, payload_id: str, waiter_id: str, *, outcome: str, retention_days: int
+    ) -> bool:
+        """Record that the parent was told (or is gone) and let the row expire.
+
+        Returns False when the row was already marked (a duplicate delivery).
+        """
+        now = utcnow()
+        expires = int((now + timedelta(days=retention_days)).timestamp())
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=_key(payload_id, waiter_id),
+                UpdateExpression=(
+                    "SET notified_at = :now, notify_outcome = :outcome, "
+                    "expiration_time = :expires, updated_at = :now"
+                ),
+                ConditionExpression=(
+                    "attribute_exists(waiter_id) AND attribute_not_exists(notified_at)"
+                ),
+                ExpressionAttributeValues=values(now=now, outcome=outcome, expires=expires),
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def _pages(self, payload_id: str, *, only_pending: bool) -> Iterator[list[dict[str, Any]]]:
+        query: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "payload_id = :pid",
+            "ExpressionAttributeValues": values(pid=payload_id),
+            "ConsistentRead": True,
+        }
+        if only_pending:
+            query["FilterExpression"] = "workflow_state = :processing"
+            query["ProjectionExpression"] = "payload_id, waiter_id"
+            query["ExpressionAttributeValues"].update(
+                values(processing=PayloadState.PROCESSING.value)
+            )
+        while True:
+            response = self._client.query(**query)
+            yield response.get("Items", [])
+            last = response.get("LastEvaluatedKey")
+            if not last:
+                return
+            query["ExclusiveStartKey"] = last
+
+
+def _key(payload_id: str, waiter_id: str) -> dict[str, Any]:
+    return {"payload_id": {"S": payload_id}, "waiter_id": {"S": waiter_id}}

@@ -1,0 +1,53 @@
+"""Payloads stored in S3 and referenced by ``{"url": "s3://bucket/key"}`` messages."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from botocore.exceptions import ClientError
+
+from dependency_tracker.errors import InvalidMessageError
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+# A missing object or bucket may appear (eventual writers, late deploys):
+# retrying can help, so these fail the record instead of dropping it.
+_RETRYABLE_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "AccessDenied", "404", "403"})
+
+# A process payload larger than this is not a payload but an accident.
+MAX_PAYLOAD_BYTES = 10 * 1024 * 1024
+
+
+class PayloadBucket:
+    """Reads payload documents from S3."""
+
+    def __init__(self, client: S3Client) -> None:
+        self._client = client
+
+    def read_url(self, url: str) -> str:
+        """Text of the object at ``s3://bucket/key``.
+
+        Raises:
+            InvalidMessageError: The url is malformed (not retryable) or the
+                object cannot be read (retryable).
+        """
+        parsed = urlparse(url)
+        bucket, key = parsed.netloc, parsed.path.lstrip("/")
+        if parsed.scheme != "s3" or not bucket or not key:
+            raise InvalidMessageError(f"malformed payload url {url!r}")
+        try:
+            response = self._client.get_object(Bucket=bucket, Key=key)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in _RETRYABLE_CODES:
+                raise InvalidMessageError(f"cannot read {url}: {code}", retryable=True) from exc
+            raise
+        if response.get("ContentLength", 0) > MAX_PAYLOAD_BYTES:
+            raise InvalidMessageError(f"payload at {url} exceeds {MAX_PAYLOAD_BYTES} bytes")
+        body: bytes = response["Body"].read()
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidMessageError(f"payload at {url} is not UTF-8 text") from exc

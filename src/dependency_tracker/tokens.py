@@ -1,0 +1,17 @@
+"""Task-token identity: hashes for keys and logs (a token itself is a secret)."""
+
+from __future__ import annotations
+
+import hashlib
+
+
+def token_hash(task_token: str) -> str:
+    """Stable SHA-256 hex digest of a task token."""
+    return hashlib.sha256(task_token.encode("utf-8")).hexdigest()
+
+
+def redact_token(task_token: str | None) -> str | None:
+    """Short, loggable stand-in for a task token; never log the token itself."""
+    if task_token is None:
+        return None
+    return f"sha256:{token_hash(task_token)[:16]}"

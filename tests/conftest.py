@@ -1,0 +1,212 @@
+"""Shared fixtures: fake credentials, settings from env, moto, real AWS event shapes."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from dependency_tracker import clients, settings
+from dependency_tracker.handlers import callback as callback_handler
+from dependency_tracker.handlers import process as process_handler
+from dependency_tracker.handlers import update_state as update_state_handler
+from dependency_tracker.local.context import LocalContext
+from dependency_tracker.settings import Settings
+from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
+from dependency_tracker.stores.schema import create_tables
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+PREFIX = "deptrack"
+STATE_TABLE = "deptrack-state"
+DEPENDENCY_TABLE = "deptrack-dependencies"
+WORKFLOW_ARN_PREFIX = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{PREFIX}-"
+ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/deptrack-test"
+EVENTS = Path(__file__).parent / "events"
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def load_event(name: str) -> dict[str, Any]:
+    """A real AWS event shape from tests/events."""
+    data: dict[str, Any] = json.loads((EVENTS / name).read_text())
+    return data
+
+
+def load_fixture(name: str) -> dict[str, Any]:
+    """A cirrus payload from tests/fixtures."""
+    data: dict[str, Any] = json.loads((FIXTURES / name).read_text())
+    return data
+
+
+def wait_until(predicate: Callable[[], Any], *, timeout: float = 20.0, every: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout}s")
+        time.sleep(every)
+
+
+@pytest.fixture(autouse=True)
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fake credentials and the tracker's settings; no real endpoint can be reached."""
+    for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "INFO")
+    monkeypatch.setenv(settings.ENV_STATE_TABLE, STATE_TABLE)
+    monkeypatch.setenv(settings.ENV_DEPENDENCY_TABLE, DEPENDENCY_TABLE)
+    monkeypatch.setenv(settings.ENV_WORKFLOW_ARN_PREFIX, WORKFLOW_ARN_PREFIX)
+    monkeypatch.setenv(settings.ENV_PREFIX, PREFIX)
+    _clear_caches()
+    yield
+    _clear_caches()
+
+
+def _clear_caches() -> None:
+    settings.get_settings.cache_clear()
+    clients.client.cache_clear()
+    process_handler.process_flow.cache_clear()
+    update_state_handler.update_state_flow.cache_clear()
+    callback_handler.callback_flow.cache_clear()
+
+
+@pytest.fixture
+def lambda_context() -> LocalContext:
+    """A Lambda context for handler calls."""
+    return LocalContext(function_name="deptrack-test")
+
+
+@dataclass
+class Aws:
+    """Clients and resources of one moto account, shared by a test's fixtures."""
+
+    dynamodb: Any
+    sfn: Any
+    sqs: Any
+    s3: Any
+    streams: Any
+    settings: Settings
+    stream_arn: str
+    queue_url: str
+    queue_arn: str
+
+    @property
+    def states(self) -> StateTable:
+        return StateTable(self.dynamodb, STATE_TABLE)
+
+    @property
+    def dependencies(self) -> DependencyTable:
+        return DependencyTable(self.dynamodb, DEPENDENCY_TABLE)
+
+    @property
+    def bucket(self) -> PayloadBucket:
+        return PayloadBucket(self.s3)
+
+    def create_workflow(self, workflow: str, definition: dict[str, Any]) -> str:
+        """Register ``{prefix}-{workflow}``; returns its ARN."""
+        created = self.sfn.create_state_machine(
+            name=f"{PREFIX}-{workflow}", roleArn=ROLE_ARN, definition=json.dumps(definition)
+        )
+        return str(created["stateMachineArn"])
+
+    def wait_for_execution(self, execution_arn: str, timeout: float = 20.0) -> dict[str, Any]:
+        """Describe ``execution_arn`` once it has stopped."""
+
+        def stopped() -> dict[str, Any] | None:
+            described: dict[str, Any] = self.sfn.describe_execution(executionArn=execution_arn)
+            return None if described["status"] == "RUNNING" else described
+
+        result: dict[str, Any] = wait_until(stopped, timeout=timeout)
+        return result
+
+    def stream_records(self) -> list[dict[str, Any]]:
+        """Every record on the dependency table's stream so far."""
+        records: list[dict[str, Any]] = []
+        description = self.streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]
+        for shard in description["Shards"]:
+            iterator = self.streams.get_shard_iterator(
+                StreamArn=self.stream_arn,
+                ShardId=shard["ShardId"],
+                ShardIteratorType="TRIM_HORIZON",
+            )["ShardIterator"]
+            records.extend(self.streams.get_records(ShardIterator=iterator)["Records"])
+        return records
+
+
+PASS_WORKFLOW = {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}}
+FAIL_WORKFLOW = {
+    "StartAt": "Boom",
+    "States": {"Boom": {"Type": "Fail", "Error": "TaskFailed", "Cause": "simulated failure"}},
+}
+INVALID_WORKFLOW = {
+    "StartAt": "Reject",
+    "States": {"Reject": {"Type": "Fail", "Error": "InvalidInput", "Cause": "bad input"}},
+}
+
+
+@pytest.fixture
+def aws(aws_env: None) -> Iterator[Aws]:
+    """A moto account executing state machines, with both tables and the process queue."""
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        session = boto3.session.Session()
+        dynamodb = session.client("dynamodb")
+        stream_arn = create_tables(
+            dynamodb, state_table=STATE_TABLE, dependency_table=DEPENDENCY_TABLE
+        )
+        sqs = session.client("sqs")
+        queue_url = sqs.create_queue(QueueName="deptrack-process")["QueueUrl"]
+        queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+        yield Aws(
+            dynamodb=dynamodb,
+            sfn=session.client("stepfunctions"),
+            sqs=sqs,
+            s3=session.client("s3"),
+            streams=session.client("dynamodbstreams"),
+            settings=settings.get_settings(),
+            stream_arn=stream_arn,
+            queue_url=queue_url,
+            queue_arn=queue_arn,
+        )
+
+
+@pytest.fixture
+def workflows(aws: Aws) -> dict[str, str]:
+    """Child workflows that succeed, fail, and reject their input."""
+    return {
+        "pass": aws.create_workflow("pass", PASS_WORKFLOW),
+        "fail": aws.create_workflow("fail", FAIL_WORKFLOW),
+        "invalid": aws.create_workflow("invalid", INVALID_WORKFLOW),
+    }
+
+
+def payload(item_id: str = "item-1", workflow: str = "pass", **extra: Any) -> dict[str, Any]:
+    """A minimal cirrus payload for one STAC item."""
+    body: dict[str, Any] = {
+        "type": "FeatureCollection",
+        "features": [{"type": "Feature", "id": item_id, "collection": "sentinel-2-l2a"}],
+        "process": [{"workflow": workflow}],
+    }
+    body.update(extra)
+    return body
+
+
+def payload_id(item_id: str = "item-1", workflow: str = "pass") -> str:
+    """The cirrus id of :func:`payload`."""
+    return f"sentinel-2-l2a/workflow-{workflow}/{item_id}"
