@@ -86,11 +86,14 @@ class DependencyTable:
             "now": now,
             "processing": PayloadState.PROCESSING.value,
         }
-        for name in ("execution_arn", "error", "cause"):
+        names: dict[str, str] = {}
+        for name in ("execution_arn", "error", "cause"):  # "error" is a reserved word
             value = getattr(resolution, name)
             if value is not None:
-                sets.append(f"{name} = :{name}")
+                sets.append(f"#{name} = :{name}")
+                names[f"#{name}"] = name
                 plain[name] = value
+        extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
         try:
             self._client.update_item(
                 TableName=self.table_name,
@@ -98,6 +101,7 @@ class DependencyTable:
                 UpdateExpression="SET " + ", ".join(sets),
                 ConditionExpression="workflow_state = :processing",
                 ExpressionAttributeValues=values(**plain),
+                **extra,
             )
         except ClientError as exc:
             if is_conditional_failure(exc):

@@ -19,9 +19,7 @@ def feature(item_id: str, collection: str | None = None) -> dict[str, object]:
 @pytest.mark.parametrize(
     ("features", "process", "expected"),
     [
-        pytest.param(
-            [feature("a", "c1")], {"workflow": "w"}, "c1/workflow-w/a", id="one-feature"
-        ),
+        pytest.param([feature("a", "c1")], {"workflow": "w"}, "c1/workflow-w/a", id="one-feature"),
         pytest.param(
             [feature("b", "c1"), feature("a", "c1")],
             {"workflow": "w"},
@@ -98,10 +96,16 @@ def test_real_cirrus_payload_keeps_unknown_fields() -> None:
 
 def test_execution_input_is_canonical() -> None:
     one = ProcessPayload.model_validate(
-        {"features": [{"id": "a", "collection": "c", "z": 1, "b": 2}], "process": [{"workflow": "w"}]}
+        {
+            "features": [{"id": "a", "collection": "c", "z": 1, "b": 2}],
+            "process": [{"workflow": "w"}],
+        }
     )
     two = ProcessPayload.model_validate(
-        {"process": [{"workflow": "w"}], "features": [{"b": 2, "z": 1, "collection": "c", "id": "a"}]}
+        {
+            "process": [{"workflow": "w"}],
+            "features": [{"b": 2, "z": 1, "collection": "c", "id": "a"}],
+        }
     )
     assert one.execution_input() == two.execution_input()
 

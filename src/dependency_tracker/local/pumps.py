@@ -1,0 +1,237 @@
+"""Event pumps: stand-ins for Lambda event sources and EventBridge, for local mode.
+
+Each pump reads one source, shapes what it read into the real event
+(:mod:`dependency_tracker.local.events`), hands it to the same handler Lambda
+runs, and applies the source's retry semantics to the handler's answer. No pump
+looks inside a payload or decides anything about one: that is the handlers' job.
+
+``pump_once()`` does one round and returns how much it delivered, so tests can
+drive a pump step by step; :class:`~dependency_tracker.local.runner.PumpRunner`
+runs them in threads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from dependency_tracker.filters import CALLBACK_STREAM_FILTER, matches
+from dependency_tracker.local.context import LocalContext
+from dependency_tracker.local.events import sqs_event, status_change_event, stream_record
+
+Handler = Callable[[dict[str, Any], Any], Any]
+_log = logging.getLogger(__name__)
+
+
+class Pump(Protocol):
+    """Something that delivers events when asked."""
+
+    name: str
+
+    def pump_once(self) -> int:
+        """Deliver what is available now; return how many events or records."""
+        ...
+
+
+def _failed_ids(response: Any) -> set[str]:
+    if not isinstance(response, dict):
+        return set()
+    return {str(item["itemIdentifier"]) for item in response.get("batchItemFailures", [])}
+
+
+@dataclass
+class SqsPump:
+    """SQS event source mapping: batches of up to 10, partial batch failures.
+
+    A failed record is not deleted: it becomes visible again after the
+    queue's visibility timeout and, past ``maxReceiveCount``, SQS moves it to
+    the DLQ (the queue's redrive policy), exactly as with Lambda.
+    """
+
+    sqs: Any
+    queue_url: str
+    queue_arn: str
+    handler: Handler
+    region: str
+    function_name: str = "process"
+    batch_size: int = 10
+    name: str = "sqs"
+
+    def pump_once(self) -> int:
+        """Receive one batch, invoke the handler, delete what succeeded."""
+        received = self.sqs.receive_message(
+            QueueUrl=self.queue_url,
+            MaxNumberOfMessages=self.batch_size,
+            AttributeNames=["All"],
+            MessageAttributeNames=["All"],
+            WaitTimeSeconds=0,
+        ).get("Messages", [])
+        if not received:
+            return 0
+        event = sqs_event(received, queue_arn=self.queue_arn, region=self.region)
+        try:
+            failed = _failed_ids(self.handler(event, LocalContext(self.function_name)))
+        except Exception:  # noqa: BLE001  (a crashed invocation fails the whole batch, as in Lambda)
+            _log.exception("%s handler crashed; the batch will be redelivered", self.function_name)
+            return len(received)
+        done = [m for m in received if m["MessageId"] not in failed]
+        if done:
+            self.sqs.delete_message_batch(
+                QueueUrl=self.queue_url,
+                Entries=[
+                    {"Id": str(index), "ReceiptHandle": m["ReceiptHandle"]}
+                    for index, m in enumerate(done)
+                ],
+            )
+        return len(received)
+
+
+@dataclass
+class ExecutionPump:
+    """EventBridge rule on "Step Functions Execution Status Change" for ``{prefix}-*``.
+
+    moto emits no such events, so the pump lists the executions of every
+    state machine named ``{prefix}-*`` (including ones created later) and
+    delivers each stopped execution once. A handler error is retried
+    ``retry_attempts`` times, then the event goes to ``dead_letters``.
+    """
+
+    sfn: Any
+    handler: Handler
+    prefix: str
+    region: str
+    account: str
+    function_name: str = "update-state"
+    retry_attempts: int = 3
+    name: str = "executions"
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    _delivered: set[str] = field(default_factory=set)
+    _failures: dict[str, int] = field(default_factory=dict)
+
+    def pump_once(self) -> int:
+        """Deliver the status change of every execution that stopped since last time."""
+        delivered = 0
+        for machine in self._managed_machines():
+            for execution in self._executions(machine):
+                arn = execution["executionArn"]
+                if execution["status"] == "RUNNING" or arn in self._delivered:
+                    continue
+                described = self.sfn.describe_execution(executionArn=arn)
+                event = status_change_event(described, region=self.region, account=self.account)
+                self._deliver(arn, event)
+                delivered += 1
+        return delivered
+
+    def _deliver(self, arn: str, event: dict[str, Any]) -> None:
+        try:
+            self.handler(event, LocalContext(self.function_name))
+        except Exception:  # noqa: BLE001  (EventBridge retries any failed invocation)
+            attempts = self._failures.get(arn, 0) + 1
+            self._failures[arn] = attempts
+            _log.exception("%s failed (%d/%d)", self.function_name, attempts, self.retry_attempts)
+            if attempts <= self.retry_attempts:
+                return
+            self.dead_letters.append(event)
+        self._delivered.add(arn)
+        self._failures.pop(arn, None)
+
+    def _managed_machines(self) -> list[str]:
+        arns: list[str] = []
+        for page in self.sfn.get_paginator("list_state_machines").paginate():
+            arns.extend(
+                m["stateMachineArn"]
+                for m in page["stateMachines"]
+                if m["name"].startswith(f"{self.prefix}-")
+            )
+        return arns
+
+    def _executions(self, machine_arn: str) -> list[dict[str, Any]]:
+        executions: list[dict[str, Any]] = []
+        for page in self.sfn.get_paginator("list_executions").paginate(stateMachineArn=machine_arn):
+            executions.extend(page["executions"])
+        return executions
+
+
+@dataclass
+class StreamPump:
+    """DynamoDB stream event source mapping with the callback function's filter.
+
+    Records are delivered in order per shard, in batches, after the same
+    ``FilterCriteria`` the template declares. On a partial failure the batch
+    is retried from the first failed record (Lambda's checkpoint behaviour);
+    after ``max_retries`` the failed record goes to ``dead_letters``, like the
+    on-failure destination.
+    """
+
+    streams: Any
+    stream_arn: str
+    handler: Handler
+    region: str
+    filter_pattern: dict[str, Any] = field(default_factory=lambda: CALLBACK_STREAM_FILTER)
+    function_name: str = "callback"
+    batch_size: int = 100
+    max_retries: int = 3
+    name: str = "stream"
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    _iterators: dict[str, str | None] = field(default_factory=dict)
+    _pending: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    _retries: dict[str, int] = field(default_factory=dict)
+
+    def pump_once(self) -> int:
+        """Read new records of every shard and deliver the ones the filter passes."""
+        delivered = 0
+        for shard_id in self._shards():
+            pending = self._pending.setdefault(shard_id, [])
+            pending.extend(self._read(shard_id))
+            while pending:
+                batch = pending[: self.batch_size]
+                failed_at = self._invoke(batch)
+                if failed_at is None:
+                    delivered += len(batch)
+                    del pending[: len(batch)]
+                    self._retries.pop(shard_id, None)
+                    continue
+                delivered += failed_at
+                del pending[:failed_at]
+                retries = self._retries.get(shard_id, 0) + 1
+                self._retries[shard_id] = retries
+                if retries > self.max_retries:
+                    self.dead_letters.append(pending.pop(0))
+                    self._retries.pop(shard_id, None)
+                break  # retry the rest on the next round, in order
+        return delivered
+
+    def _invoke(self, batch: list[dict[str, Any]]) -> int | None:
+        """Index of the first failed record, or None if the whole batch succeeded."""
+        try:
+            response = self.handler({"Records": batch}, LocalContext(self.function_name))
+        except Exception:  # noqa: BLE001  (a crashed invocation retries the whole batch)
+            _log.exception("%s handler crashed; retrying the batch", self.function_name)
+            return 0
+        failed = _failed_ids(response)
+        for index, record in enumerate(batch):
+            if record["dynamodb"]["SequenceNumber"] in failed:
+                return index
+        return None
+
+    def _shards(self) -> list[str]:
+        description = self.streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]
+        return [shard["ShardId"] for shard in description["Shards"]]
+
+    def _read(self, shard_id: str) -> list[dict[str, Any]]:
+        if shard_id not in self._iterators:
+            self._iterators[shard_id] = self.streams.get_shard_iterator(
+                StreamArn=self.stream_arn, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+            )["ShardIterator"]
+        iterator = self._iterators[shard_id]
+        if iterator is None:  # the shard is closed and fully read
+            return []
+        response = self.streams.get_records(ShardIterator=iterator)
+        self._iterators[shard_id] = response.get("NextShardIterator")
+        shaped = (
+            stream_record(record, stream_arn=self.stream_arn, region=self.region)
+            for record in response.get("Records", [])
+        )
+        return [record for record in shaped if matches(self.filter_pattern, record)]

@@ -1,0 +1,161 @@
+"""Drive the real handlers through the local pumps, step by step, in tests."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from dependency_tracker.handlers import callback, process, update_state
+from dependency_tracker.local.pumps import ExecutionPump, SqsPump, StreamPump
+from tests.conftest import ACCOUNT, PREFIX, REGION, ROLE_ARN, Aws, wait_until
+
+# A parent that waits on one dependency with a task token, and catches failures.
+PARENT_NAME = "test-parent"
+
+
+def parent_definition(queue_url: str, timeout_seconds: int = 60) -> dict[str, Any]:
+    """One ``sqs:sendMessage.waitForTaskToken`` wait, with the public error names caught."""
+    return {
+        "StartAt": "Wait",
+        "States": {
+            "Wait": {
+                "Type": "Task",
+                "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+                "Parameters": {
+                    "QueueUrl": queue_url,
+                    "MessageBody": {
+                        "type": "FeatureCollection",
+                        "features.$": "$.features",
+                        "process.$": "$.process",
+                        "callback": {
+                            "task_token.$": "$$.Task.Token",
+                            "parent_execution.$": "$$.Execution.Id",
+                        },
+                    },
+                },
+                "TimeoutSeconds": timeout_seconds,
+                "Catch": [
+                    {
+                        "ErrorEquals": [
+                            "DependencyFailed",
+                            "DependencyInvalid",
+                            "DependencyAborted",
+                        ],
+                        "ResultPath": "$.caught",
+                        "Next": "Caught",
+                    }
+                ],
+                "End": True,
+            },
+            "Caught": {"Type": "Pass", "End": True},
+        },
+    }
+
+
+@dataclass
+class Pumps:
+    """The three pumps over one moto account, feeding the real Lambda handlers."""
+
+    aws: Aws
+    sqs: SqsPump
+    executions: ExecutionPump
+    stream: StreamPump
+
+    @classmethod
+    def create(cls, aws: Aws) -> Pumps:
+        return cls(
+            aws=aws,
+            sqs=SqsPump(
+                sqs=aws.sqs,
+                queue_url=aws.queue_url,
+                queue_arn=aws.queue_arn,
+                handler=process.lambda_handler,
+                region=REGION,
+            ),
+            executions=ExecutionPump(
+                sfn=aws.sfn,
+                handler=update_state.lambda_handler,
+                prefix=PREFIX,
+                region=REGION,
+                account=ACCOUNT,
+            ),
+            stream=StreamPump(
+                streams=aws.streams,
+                stream_arn=aws.stream_arn,
+                handler=callback.lambda_handler,
+                region=REGION,
+            ),
+        )
+
+    def pump(self) -> int:
+        """One round of every pump."""
+        return self.sqs.pump_once() + self.executions.pump_once() + self.stream.pump_once()
+
+    def settle(self, timeout: float = 20.0) -> None:
+        """Pump until no managed execution runs and no pump has anything left."""
+
+        def quiet() -> bool:
+            moved = self.pump()
+            return moved == 0 and not self._managed_running() and self._queue_empty()
+
+        wait_until(quiet, timeout=timeout)
+
+    def _managed_running(self) -> bool:
+        for machine in self.aws.sfn.list_state_machines()["stateMachines"]:
+            if not machine["name"].startswith(f"{PREFIX}-"):
+                continue
+            running = self.aws.sfn.list_executions(
+                stateMachineArn=machine["stateMachineArn"], statusFilter="RUNNING"
+            )["executions"]
+            if running:
+                return True
+        return False
+
+    def _queue_empty(self) -> bool:
+        attributes = self.aws.sqs.get_queue_attributes(
+            QueueUrl=self.aws.queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return all(int(value) == 0 for value in attributes.values())
+
+
+def create_parent(aws: Aws, timeout_seconds: int = 60) -> str:
+    """Register the test parent state machine (not a managed ``{prefix}-`` one)."""
+    created = aws.sfn.create_state_machine(
+        name=PARENT_NAME,
+        roleArn=ROLE_ARN,
+        definition=json.dumps(parent_definition(aws.queue_url, timeout_seconds)),
+    )
+    return str(created["stateMachineArn"])
+
+
+def start_parent(aws: Aws, parent_arn: str, dependency: dict[str, Any], name: str) -> str:
+    """Start a parent waiting on ``dependency``; returns once its message is queued."""
+    execution_arn = str(
+        aws.sfn.start_execution(
+            stateMachineArn=parent_arn, name=name, input=json.dumps(dependency)
+        )["executionArn"]
+    )
+
+    def queued() -> bool:
+        history = aws.sfn.get_execution_history(executionArn=execution_arn)["events"]
+        return any(event["type"] == "TaskSubmitted" for event in history)
+
+    wait_until(queued)
+    return execution_arn
+
+
+def queue_bodies(aws: Aws) -> list[dict[str, Any]]:
+    """Receive (and leave invisible) everything on the process queue, parsed."""
+    bodies: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        messages = aws.sqs.receive_message(
+            QueueUrl=aws.queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+        ).get("Messages", [])
+        if not messages:
+            break
+        bodies.extend(json.loads(m["Body"]) for m in messages)
+    return bodies

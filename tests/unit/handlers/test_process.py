@@ -1,0 +1,281 @@
+"""process handler: real SQS events in, executions and table rows out."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from dependency_tracker import naming
+from dependency_tracker.handlers.process import lambda_handler
+from dependency_tracker.local.context import LocalContext
+from dependency_tracker.models import PayloadState, ProcessPayload, waiter_id_for
+from tests.conftest import (
+    WORKFLOW_ARN_PREFIX,
+    Aws,
+    load_event,
+    payload,
+    payload_id,
+)
+from tests.unit.handlers.conftest import sqs_event
+
+
+def executions(aws: Aws, workflow: str = "pass") -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = aws.sfn.list_executions(
+        stateMachineArn=f"{WORKFLOW_ARN_PREFIX}{workflow}"
+    )["executions"]
+    return listed
+
+
+def failures(response: dict[str, Any]) -> list[str]:
+    return [item["itemIdentifier"] for item in response["batchItemFailures"]]
+
+
+@pytest.mark.usefixtures("workflows")
+def test_new_payload_starts_one_named_execution(aws: Aws, lambda_context: LocalContext) -> None:
+    # GIVEN the real SQS event shape with a bare payload
+    event = load_event("sqs_process.json")
+    # WHEN the handler runs
+    response = lambda_handler(event, lambda_context)
+    # THEN one execution runs under the deterministic name and the state is recorded
+    assert failures(response) == []
+    started = executions(aws)
+    assert [e["name"] for e in started] == [naming.execution_name(payload_id(), 1)]
+    item = aws.states.get(payload_id())
+    assert item is not None
+    assert item.state is PayloadState.PROCESSING
+    assert item.attempt == 1
+    assert item.execution_arn == started[0]["executionArn"]
+    assert item.claim_message_id == event["Records"][0]["messageId"]
+    # the child receives the payload with its id and without any callback
+    described = aws.sfn.describe_execution(executionArn=item.execution_arn)
+    child_input = json.loads(described["input"])
+    assert child_input["id"] == payload_id()
+    assert "callback" not in child_input
+
+
+@pytest.mark.usefixtures("workflows")
+def test_callback_registers_a_waiter(aws: Aws, lambda_context: LocalContext) -> None:
+    body = payload(callback={"task_token": "tok-1", "parent_execution": "arn:parent"})
+    assert failures(lambda_handler(sqs_event(body), lambda_context)) == []
+    waiter = aws.dependencies.get(payload_id(), waiter_id_for("tok-1"))
+    assert waiter is not None
+    assert waiter.workflow_state is PayloadState.PROCESSING
+    assert waiter.task_token == "tok-1"
+    assert waiter.parent_execution == "arn:parent"
+
+
+@pytest.mark.usefixtures("workflows")
+def test_sns_wrapped_message(aws: Aws, lambda_context: LocalContext) -> None:
+    response = lambda_handler(load_event("sqs_sns_wrapped.json"), lambda_context)
+    assert failures(response) == []
+    assert aws.states.get(payload_id("item-sns")) is not None
+
+
+@pytest.mark.usefixtures("workflows")
+def test_s3_url_message(aws: Aws, lambda_context: LocalContext) -> None:
+    aws.s3.create_bucket(Bucket="deptrack-payloads")
+    aws.s3.put_object(
+        Bucket="deptrack-payloads",
+        Key="payloads/item-s3.json",
+        Body=json.dumps(payload("item-s3")).encode(),
+    )
+    response = lambda_handler(load_event("sqs_s3_url.json"), lambda_context)
+    assert failures(response) == []
+    item = aws.states.get(payload_id("item-s3"))
+    assert item is not None
+    assert item.state is PayloadState.PROCESSING
+
+
+@pytest.mark.usefixtures("workflows")
+def test_missing_s3_object_fails_only_that_record(aws: Aws, lambda_context: LocalContext) -> None:
+    event = load_event("sqs_s3_url.json")
+    event["Records"].extend(sqs_event(payload("item-ok"), ids=["ok"])["Records"])
+    response = lambda_handler(event, lambda_context)
+    assert failures(response) == [event["Records"][0]["messageId"]]
+    assert aws.states.get(payload_id("item-ok")) is not None
+
+
+@pytest.mark.usefixtures("workflows")
+def test_finished_payload_is_replayed_without_a_new_execution(
+    aws: Aws, lambda_context: LocalContext
+) -> None:
+    # GIVEN a payload that already SUCCEEDED
+    model = ProcessPayload.model_validate(payload())
+    aws.states.claim(model, None)
+    aws.states.set_final(
+        payload_id=model.id,
+        workflow="pass",
+        state=PayloadState.SUCCEEDED,
+        execution_arn="arn:done",
+        attempt=1,
+    )
+    # WHEN a new waiter arrives
+    body = payload(callback={"task_token": "late"})
+    assert failures(lambda_handler(sqs_event(body), lambda_context)) == []
+    # THEN it is resolved at once from the stored state, and nothing runs
+    waiter = aws.dependencies.get(model.id, waiter_id_for("late"))
+    assert waiter is not None
+    assert waiter.workflow_state is PayloadState.SUCCEEDED
+    assert waiter.replayed is True
+    assert waiter.execution_arn == "arn:done"
+    assert executions(aws) == []
+
+
+@pytest.mark.usefixtures("workflows")
+def test_invalid_payload_is_replayed_as_invalid(aws: Aws, lambda_context: LocalContext) -> None:
+    model = ProcessPayload.model_validate(payload())
+    aws.states.claim(model, None)
+    aws.states.set_final(
+        payload_id=model.id,
+        workflow="pass",
+        state=PayloadState.INVALID,
+        execution_arn="arn:bad",
+        attempt=1,
+        error="InvalidInput",
+        cause="no",
+    )
+    lambda_handler(sqs_event(payload(callback={"task_token": "t"})), lambda_context)
+    waiter = aws.dependencies.get(model.id, waiter_id_for("t"))
+    assert waiter is not None
+    assert (waiter.workflow_state, waiter.error) == (PayloadState.INVALID, "InvalidInput")
+    assert executions(aws) == []
+
+
+@pytest.mark.usefixtures("workflows")
+def test_running_payload_only_gets_a_waiter(aws: Aws, lambda_context: LocalContext) -> None:
+    lambda_handler(sqs_event(payload()), lambda_context)
+    lambda_handler(sqs_event(payload(callback={"task_token": "t2"}), ids=["m2"]), lambda_context)
+    assert len(executions(aws)) == 1
+    waiter = aws.dependencies.get(payload_id(), waiter_id_for("t2"))
+    assert waiter is not None
+    assert waiter.workflow_state is PayloadState.PROCESSING
+
+
+@pytest.mark.usefixtures("workflows")
+@pytest.mark.parametrize("previous", [PayloadState.FAILED, PayloadState.ABORTED])
+def test_failed_or_aborted_payload_runs_again(
+    aws: Aws, lambda_context: LocalContext, previous: PayloadState
+) -> None:
+    model = ProcessPayload.model_validate(payload())
+    aws.states.claim(model, None)
+    aws.states.set_final(
+        payload_id=model.id, workflow="pass", state=previous, execution_arn="arn:1", attempt=1
+    )
+    lambda_handler(sqs_event(payload()), lambda_context)
+    item = aws.states.get(model.id)
+    assert item is not None
+    assert (item.state, item.attempt) == (PayloadState.PROCESSING, 2)
+    assert [e["name"] for e in executions(aws)] == [naming.execution_name(model.id, 2)]
+
+
+@pytest.mark.usefixtures("workflows")
+def test_replace_reruns_a_finished_payload_once(aws: Aws, lambda_context: LocalContext) -> None:
+    model = ProcessPayload.model_validate(payload())
+    aws.states.claim(model, None)
+    first = aws.states.set_final(
+        payload_id=model.id,
+        workflow="pass",
+        state=PayloadState.SUCCEEDED,
+        execution_arn="arn:1",
+        attempt=1,
+    )
+    replace = payload()
+    replace["process"][0]["replace"] = True
+    event = sqs_event(replace, ids=["replace-1"])
+    lambda_handler(event, lambda_context)
+    item = aws.states.get(model.id)
+    assert item is not None
+    assert item.attempt == first.attempt + 1
+    # GIVEN the second run finished WHEN the same message is redelivered THEN nothing runs again
+    aws.states.set_final(
+        payload_id=model.id,
+        workflow="pass",
+        state=PayloadState.SUCCEEDED,
+        execution_arn=item.execution_arn or "",
+        attempt=2,
+    )
+    lambda_handler(event, lambda_context)
+    again = aws.states.get(model.id)
+    assert again is not None
+    assert again.attempt == 2
+    assert len(executions(aws)) == 1
+
+
+@pytest.mark.usefixtures("workflows")
+def test_claim_left_by_a_dead_invocation_is_completed(
+    aws: Aws, lambda_context: LocalContext
+) -> None:
+    # GIVEN a claim whose process invocation died before StartExecution
+    model = ProcessPayload.model_validate(payload())
+    aws.states.claim(model, None)
+    # WHEN the message is redelivered
+    lambda_handler(sqs_event(payload()), lambda_context)
+    # THEN the same attempt is started, once
+    item = aws.states.get(model.id)
+    assert item is not None
+    assert (item.state, item.attempt) == (PayloadState.PROCESSING, 1)
+    assert [e["name"] for e in executions(aws)] == [naming.execution_name(model.id, 1)]
+
+
+@pytest.mark.usefixtures("workflows")
+def test_bad_input_is_reported_and_the_rest_of_the_batch_succeeds(
+    aws: Aws,
+    lambda_context: LocalContext,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # GIVEN one batch with every kind of bad message and one good one
+    no_id = {"process": [{"workflow": "pass"}], "callback": {"task_token": "orphan"}}
+    event = sqs_event(
+        "{not json",
+        {"hello": "world"},
+        no_id,
+        payload("item-x", workflow="no-such-workflow"),
+        payload("item-good"),
+        ids=["bad-json", "not-payload", "no-id", "unknown-workflow", "good"],
+    )
+    # WHEN the handler runs
+    response = lambda_handler(event, lambda_context)
+    # THEN only the unknown workflow is retried (it may be deployed later)
+    assert failures(response) == ["unknown-workflow"]
+    good = aws.states.get(payload_id("item-good"))
+    assert good is not None
+    assert good.state is PayloadState.PROCESSING
+    # the messages retrying cannot help are recorded as invalid, with the reason
+    for message_id, reason in [
+        ("bad-json", "not valid JSON"),
+        ("not-payload", "payload.process"),
+        ("no-id", "needs an 'id'"),
+    ]:
+        record = aws.states.get(f"invalid-message/{message_id}")
+        assert record is not None, message_id
+        assert record.state is PayloadState.INVALID
+        assert reason in (record.last_error or "")
+    # the parent of the message with a readable token is told, not left to time out
+    orphan = aws.dependencies.get("invalid-message/no-id", waiter_id_for("orphan"))
+    assert orphan is not None
+    assert orphan.workflow_state is PayloadState.INVALID
+    # structured logs and metrics name the message, never the token
+    invalid_logs = [r for r in caplog.records if r.getMessage() == "invalid message"]
+    assert {r.__dict__["message_id"] for r in invalid_logs} == {"bad-json", "not-payload", "no-id"}
+    assert any(r.getMessage() == "unknown workflow" for r in caplog.records)
+    assert "orphan" not in caplog.text
+    metrics = [json.loads(line) for line in capsys.readouterr().out.splitlines() if "_aws" in line]
+    assert [m["InvalidMessages"] for m in metrics if "InvalidMessages" in m] == [[1.0, 1.0, 1.0]]
+    assert [m["UnknownWorkflow"] for m in metrics if "UnknownWorkflow" in m] == [[1.0]]
+
+
+@pytest.mark.usefixtures("workflows")
+def test_unknown_workflow_keeps_the_claim_for_the_retry(
+    aws: Aws, lambda_context: LocalContext
+) -> None:
+    body = payload("item-late", workflow="late")
+    assert failures(lambda_handler(sqs_event(body, ids=["m"]), lambda_context)) == ["m"]
+    # WHEN the workflow is deployed and the message comes back
+    aws.create_workflow("late", {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}})
+    assert failures(lambda_handler(sqs_event(body, ids=["m"]), lambda_context)) == []
+    item = aws.states.get(payload_id("item-late", "late"))
+    assert item is not None
+    assert (item.state, item.attempt) == (PayloadState.PROCESSING, 1)

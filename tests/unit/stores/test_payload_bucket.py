@@ -1,0 +1,36 @@
+"""Payloads behind s3:// urls."""
+
+from __future__ import annotations
+
+import pytest
+
+from dependency_tracker.errors import InvalidMessageError
+from tests.conftest import Aws
+
+
+def test_reads_object_text(aws: Aws) -> None:
+    aws.s3.create_bucket(Bucket="bkt")
+    aws.s3.put_object(Bucket="bkt", Key="dir/p.json", Body=b'{"a": 1}')
+    assert aws.bucket.read_url("s3://bkt/dir/p.json") == '{"a": 1}'
+
+
+@pytest.mark.parametrize("url", ["s3://", "s3://bucket", "s3:///key", "http://b/k"])
+def test_malformed_urls_are_not_retryable(aws: Aws, url: str) -> None:
+    with pytest.raises(InvalidMessageError, match="malformed") as caught:
+        aws.bucket.read_url(url)
+    assert caught.value.retryable is False
+
+
+@pytest.mark.parametrize("url", ["s3://missing-bucket/k", "s3://bkt/missing-key"])
+def test_missing_objects_are_retryable(aws: Aws, url: str) -> None:
+    aws.s3.create_bucket(Bucket="bkt")
+    with pytest.raises(InvalidMessageError, match="cannot read") as caught:
+        aws.bucket.read_url(url)
+    assert caught.value.retryable is True
+
+
+def test_binary_object_is_invalid(aws: Aws) -> None:
+    aws.s3.create_bucket(Bucket="bkt")
+    aws.s3.put_object(Bucket="bkt", Key="bin", Body=b"\xff\xfe\x00")
+    with pytest.raises(InvalidMessageError, match="UTF-8"):
+        aws.bucket.read_url("s3://bkt/bin")
