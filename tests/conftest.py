@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
@@ -18,9 +17,13 @@ from dependency_tracker.handlers import callback as callback_handler
 from dependency_tracker.handlers import process as process_handler
 from dependency_tracker.handlers import update_state as update_state_handler
 from dependency_tracker.local.context import LocalContext
-from dependency_tracker.settings import Settings
 from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
 from dependency_tracker.stores.schema import create_tables
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from dependency_tracker.settings import Settings
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"

@@ -111,16 +111,18 @@ class DependencyTable:
 
     def resolve_all(self, payload_id: str, resolution: Resolution) -> int:
         """Resolve every still-``PROCESSING`` waiter of a payload; returns how many moved."""
+
+        def resolve(waiter_id: str) -> bool:
+            return self.resolve(payload_id, waiter_id, resolution)
+
         resolved = 0
+        if self._resolve_concurrency == 1:
+            for page in self.pending_ids(payload_id):
+                resolved += sum(map(resolve, page))
+            return resolved
         with ThreadPoolExecutor(max_workers=self._resolve_concurrency) as pool:
             for page in self.pending_ids(payload_id):
-                if len(page) == 1:
-                    resolved += self.resolve(payload_id, page[0], resolution)
-                    continue
-                outcomes = pool.map(
-                    lambda waiter_id: self.resolve(payload_id, waiter_id, resolution), page
-                )
-                resolved += sum(outcomes)
+                resolved += sum(pool.map(resolve, page) if len(page) > 1 else map(resolve, page))
         return resolved
 
     def mark_notified(

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from botocore.exceptions import ClientError
 
 from dependency_tracker import clients
 from dependency_tracker.handlers.callback import lambda_handler
-from dependency_tracker.local.context import LocalContext
 from dependency_tracker.models import PayloadState, WaiterItem
 from tests.conftest import Aws, load_event, payload
 from tests.harness import Pumps, create_parent, start_parent
+
+if TYPE_CHECKING:
+    from dependency_tracker.local.context import LocalContext
 
 NOW = datetime.now(UTC)
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from dependency_tracker import naming
 from dependency_tracker.handlers.process import lambda_handler
-from dependency_tracker.local.context import LocalContext
 from dependency_tracker.models import PayloadState, ProcessPayload, waiter_id_for
 from tests.conftest import (
     WORKFLOW_ARN_PREFIX,
@@ -19,6 +18,9 @@ from tests.conftest import (
     payload_id,
 )
 from tests.unit.handlers.conftest import sqs_event
+
+if TYPE_CHECKING:
+    from dependency_tracker.local.context import LocalContext
 
 
 def executions(aws: Aws, workflow: str = "pass") -> list[dict[str, Any]]:

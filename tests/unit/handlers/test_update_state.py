@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from dependency_tracker.handlers.process import lambda_handler as process_handler
 from dependency_tracker.handlers.update_state import lambda_handler
-from dependency_tracker.local.context import LocalContext
 from dependency_tracker.local.events import status_change_event
 from dependency_tracker.models import PayloadState, waiter_id_for
 from tests.conftest import ACCOUNT, REGION, Aws, load_event, payload, payload_id
 from tests.unit.handlers.conftest import sqs_event
+
+if TYPE_CHECKING:
+    from dependency_tracker.local.context import LocalContext
 
 
 def run_child(aws: Aws, ctx: LocalContext, body: dict[str, Any]) -> dict[str, Any]:

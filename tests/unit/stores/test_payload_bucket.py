@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from dependency_tracker.errors import InvalidMessageError
-from tests.conftest import Aws
+
+if TYPE_CHECKING:
+    from tests.conftest import Aws
 
 
 def test_reads_object_text(aws: Aws) -> None:
