@@ -241,13 +241,21 @@ class ProcessMessage(BaseModel):
     def from_body(
         cls, body: str, *, message_id: str | None = None, load_url: PayloadLoader | None = None
     ) -> Self:
-        """Parse a queue body: raw JSON, SNS-wrapped JSON, or an ``{"url": "s3://..."}`` pointer.
+        """Parse a queue body into a message.
+
+        Accepted: a payload with an optional ``callback``; the same wrapped in
+        an SNS notification; ``{"url": "s3://..."}`` pointing at the payload;
+        or ``{"payload": <payload or url pointer>, "callback": {...}}``.
 
         Raises:
             InvalidMessageError: The body is not a usable process message; its
                 ``task_token`` is set when a token could still be read.
         """
         document = _unwrap(_load_json(body, "message body"))
+        if isinstance(document, dict) and isinstance(document.get("payload"), dict):
+            # {"payload": {...}, "callback": {...}}: what a state machine's
+            # sendMessage task can build around $$.Task.Token.
+            document = {**document["payload"], **_envelope_fields(document)}
         if isinstance(document, dict) and "url" in document and "process" not in document:
             envelope = {key: value for key, value in document.items() if key != "url"}
             if load_url is None:
@@ -283,6 +291,10 @@ class ProcessMessage(BaseModel):
                 _describe(exc, "payload"), task_token=token, payload_id=_id_of(document)
             ) from exc
         return cls(payload=payload, callback=callback, message_id=message_id)
+
+
+def _envelope_fields(document: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in document.items() if key != "payload"}
 
 
 def _load_json(text: str, what: str) -> Any:

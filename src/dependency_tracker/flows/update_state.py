@@ -127,7 +127,9 @@ class UpdateStateFlow:
         try:
             return ProcessPayload.model_validate_json(text or "")
         except ValidationError as exc:
-            logger.error(
+            # Expected for managed machines that are not payload workflows
+            # (a parent such as wait-for-dependencies): nothing waits on them.
+            logger.info(
                 "execution input is not a process payload",
                 extra={"error_count": exc.error_count()},
             )

@@ -1,1 +1,8 @@
-"""Local mode: run the deployed handlers against moto, fed by event pumps."""
+"""Local mode: the deployed handlers against moto, fed by event pumps.
+
+Requires the ``local`` extra (moto).
+"""
+
+from dependency_tracker.local.stack import LocalStack
+
+__all__ = ["LocalStack"]

@@ -92,3 +92,25 @@ def test_invalid_bodies(body: str, match: str, token: str | None) -> None:
 def test_non_s3_url_is_invalid() -> None:
     with pytest.raises(InvalidMessageError, match="s3:// url"):
         ProcessMessage.from_body(json.dumps({"url": "https://x/y"}), load_url=lambda url: "{}")
+
+
+def test_payload_envelope_from_a_state_machine() -> None:
+    # GIVEN the body a sendMessage.waitForTaskToken task builds around the token
+    body = {
+        "payload": payload(),
+        "callback": {"task_token": "tok", "parent_execution": "arn:p", "waiter_payload_id": None},
+    }
+    message = ProcessMessage.from_body(json.dumps(body))
+    assert message.payload_id == payload_id()
+    assert message.callback is not None
+    assert message.callback.task_token == "tok"
+    assert message.callback.waiter_payload_id is None
+
+
+def test_payload_envelope_around_a_url() -> None:
+    body = {"payload": {"url": "s3://b/k"}, "callback": {"task_token": "tok"}}
+    message = ProcessMessage.from_body(
+        json.dumps(body), load_url=lambda url: json.dumps(payload("item-u"))
+    )
+    assert message.payload_id == payload_id("item-u")
+    assert message.callback is not None

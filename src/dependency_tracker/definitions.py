@@ -1,0 +1,57 @@
+"""State machine definitions in ``stepfunctions/``: discovery and ``${...}`` substitution.
+
+The same files are deployed by ``template.yaml`` (``DefinitionSubstitutions``)
+and registered by the local stack; both fill the same placeholders.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from dependency_tracker.errors import ConfigurationError
+
+SUFFIX = ".asl.json"
+_PLACEHOLDER = re.compile(r"\$\{([A-Za-z][A-Za-z0-9_]*)\}")
+
+# Every placeholder a definition may use; template.yaml provides the same keys.
+SUBSTITUTION_KEYS = frozenset(
+    {
+        "ProcessQueueUrl",
+        "StateTableName",
+        "DependencyTableName",
+        "PayloadBucketName",
+        "Prefix",
+        "DefaultTimeoutSeconds",
+        "DefaultMaxConcurrency",
+    }
+)
+
+
+def definitions_dir() -> Path:
+    """The ``stepfunctions/`` folder shipped with the package."""
+    return Path(__file__).resolve().parent / "stepfunctions"
+
+
+def discover(directory: Path | None = None) -> dict[str, Path]:
+    """Workflow name (file stem) → definition file, for every ``*.asl.json``."""
+    folder = directory or definitions_dir()
+    return {path.name[: -len(SUFFIX)]: path for path in sorted(folder.glob(f"*{SUFFIX}"))}
+
+
+def placeholders(text: str) -> set[str]:
+    """Names of the ``${...}`` placeholders in a definition."""
+    return set(_PLACEHOLDER.findall(text))
+
+
+def render(path: Path, substitutions: dict[str, str]) -> str:
+    """The definition at ``path`` with every placeholder filled.
+
+    Raises:
+        ConfigurationError: A placeholder has no value.
+    """
+    text = path.read_text(encoding="utf-8")
+    missing = placeholders(text) - set(substitutions)
+    if missing:
+        raise ConfigurationError(f"{path.name}: ${{{sorted(missing)[0]}}}", "has no substitution")
+    return _PLACEHOLDER.sub(lambda match: substitutions[match.group(1)], text)

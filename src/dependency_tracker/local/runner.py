@@ -1,0 +1,77 @@
+"""Runs pumps in background threads and invokes handlers the way Lambda would."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dependency_tracker.local.pumps import Handler, Pump
+
+_log = logging.getLogger(__name__)
+
+
+class Invoker:
+    """Calls handlers one at a time, optionally sending what they print to a sink.
+
+    Lambda runs one invocation per execution environment at a time, and
+    Powertools' Logger and Metrics keep per-environment state in module
+    globals. In one process every "function" shares those globals, so
+    invocations are serialized to keep that contract.
+    """
+
+    def __init__(self, sink: IO[str] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._sink = sink
+
+    def wrap(self, handler: Handler) -> Handler:
+        """``handler`` guarded by the invocation lock."""
+
+        def invoke(event: dict[str, Any], context: Any) -> Any:
+            with self._lock:
+                if self._sink is None:
+                    return handler(event, context)
+                with contextlib.redirect_stdout(self._sink):
+                    return handler(event, context)
+
+        return invoke
+
+
+class PumpRunner:
+    """One daemon thread per pump; each pumps, and idles ``poll_interval`` when dry."""
+
+    def __init__(self, pumps: list[Pump], *, poll_interval: float = 0.05) -> None:
+        self._pumps = pumps
+        self._poll_interval = poll_interval
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.errors = 0
+
+    def start(self) -> None:
+        """Start a thread per pump."""
+        for pump in self._pumps:
+            thread = threading.Thread(
+                target=self._loop, args=(pump,), name=f"pump-{pump.name}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask every thread to finish its round and wait for it."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads.clear()
+
+    def _loop(self, pump: Pump) -> None:
+        while not self._stop.is_set():
+            try:
+                moved = pump.pump_once()
+            except Exception:  # noqa: BLE001  (a pump must outlive a failed round)
+                self.errors += 1
+                _log.exception("pump %s failed a round", pump.name)
+                moved = 0
+            if not moved:
+                self._stop.wait(self._poll_interval)

@@ -1,0 +1,279 @@
+"""``LocalStack``: the whole tracker on one machine, on moto, with real state machines."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import IO, TYPE_CHECKING, Any, Self
+
+import boto3
+from moto import mock_aws
+
+from dependency_tracker import clients, definitions, settings
+from dependency_tracker.handlers import callback, process, update_state
+from dependency_tracker.local.pumps import ExecutionPump, SqsPump, StreamPump
+from dependency_tracker.local.runner import Invoker, PumpRunner
+from dependency_tracker.observability import logger
+from dependency_tracker.stores.schema import create_tables
+
+if TYPE_CHECKING:
+    from pathlib import Path
+    from types import TracebackType
+
+ACCOUNT = "123456789012"
+ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/deptrack-local"
+_MOTO_SFN_LOGGER = logging.getLogger("moto.stepfunctions.parser")
+
+
+class LocalStack:
+    """Context manager running the embedded stack and its pumps.
+
+    On entry it starts moto in-process (state machines really execute), creates
+    the process queue with its DLQ, both tables (stream on the dependency
+    table), the payload bucket, registers every definition in ``stepfunctions/``
+    as ``{prefix}-{name}``, points the handlers' settings at these resources,
+    and starts the pumps. On exit it stops the pumps and moto and restores the
+    environment.
+
+    Example:
+        >>> with LocalStack(prefix="deptrack") as stack:  # doctest: +SKIP
+        ...     stack.client("sqs").send_message(QueueUrl=stack.outputs["ProcessQueueUrl"], ...)
+    """
+
+    def __init__(
+        self,
+        prefix: str = settings.DEFAULT_PREFIX,
+        *,
+        region: str = "us-east-1",
+        definitions_dir: Path | None = None,
+        poll_interval: float = 0.05,
+        visibility_timeout: int = 2,
+        max_receive_count: int = 3,
+        default_timeout_seconds: int = 300,
+        default_max_concurrency: int = 40,
+        log_level: str | None = None,
+        sink: IO[str] | None = None,
+    ) -> None:
+        self.prefix = prefix
+        self.region = region
+        self._definitions_dir = definitions_dir
+        self._poll_interval = poll_interval
+        self._visibility_timeout = visibility_timeout
+        self._max_receive_count = max_receive_count
+        self._defaults = {
+            "DefaultTimeoutSeconds": str(default_timeout_seconds),
+            "DefaultMaxConcurrency": str(default_max_concurrency),
+        }
+        self._log_level = log_level
+        self._sink = sink
+        self._mock: Any = None
+        self._saved_env: dict[str, str | None] = {}
+        self._saved_log_level: int | None = None
+        self._saved_log_stream: IO[str] | None = None
+        self._moto_log_handler: logging.Handler | None = None
+        self._runner: PumpRunner | None = None
+        self.outputs: dict[str, Any] = {}
+        self.pumps: dict[str, SqsPump | ExecutionPump | StreamPump] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start moto, create every resource and start the pumps."""
+        names = self._names()
+        self._set_env(
+            {
+                "AWS_DEFAULT_REGION": self.region,
+                "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+                "POWERTOOLS_TRACE_DISABLED": "true",
+                settings.ENV_STATE_TABLE: names["StateTableName"],
+                settings.ENV_DEPENDENCY_TABLE: names["DependencyTableName"],
+                settings.ENV_PREFIX: self.prefix,
+                settings.ENV_WORKFLOW_ARN_PREFIX: self._workflow_arn_prefix(),
+            }
+        )
+        # Clients and flows built before now point at other resources.
+        _reset_caches()
+        self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
+        self._mock.start()
+        if self._log_level is not None:
+            self._saved_log_level = logger.log_level
+            logger.setLevel(self._log_level)
+        if self._sink is not None:
+            self._saved_log_stream = _log_handler(logger).setStream(self._sink)
+            # moto's interpreter logs expected failures (timeouts) at ERROR.
+            self._moto_log_handler = logging.StreamHandler(self._sink)
+            _MOTO_SFN_LOGGER.addHandler(self._moto_log_handler)
+            _MOTO_SFN_LOGGER.propagate = False
+        try:
+            self._create(names)
+            self._start_pumps()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop the pumps, then moto; restore the environment."""
+        if self._runner is not None:
+            self._runner.stop()
+            self._runner = None
+        if self._mock is not None:
+            self._mock.stop()
+            self._mock = None
+        if self._saved_log_level is not None:
+            logger.setLevel(self._saved_log_level)
+            self._saved_log_level = None
+        if self._saved_log_stream is not None:
+            _log_handler(logger).setStream(self._saved_log_stream)
+            self._saved_log_stream = None
+        if self._moto_log_handler is not None:
+            _MOTO_SFN_LOGGER.removeHandler(self._moto_log_handler)
+            _MOTO_SFN_LOGGER.propagate = True
+            self._moto_log_handler = None
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_env.clear()
+        _reset_caches()
+
+    # ------------------------------------------------------------------ API
+
+    def client(self, service: str) -> Any:
+        """A boto3 client bound to the stack (region and in-process endpoint)."""
+        return boto3.session.Session().client(service, region_name=self.region)  # type: ignore[call-overload]
+
+    @property
+    def pump_errors(self) -> int:
+        """Rounds a pump failed (not handler failures, which follow source semantics)."""
+        return 0 if self._runner is None else self._runner.errors
+
+    def state_machine_arn(self, name: str) -> str:
+        """ARN of ``{prefix}-{name}``."""
+        return f"{self._workflow_arn_prefix()}{name}"
+
+    # ------------------------------------------------------------------ internals
+
+    def _names(self) -> dict[str, str]:
+        return {
+            "StateTableName": f"{self.prefix}-state",
+            "DependencyTableName": f"{self.prefix}-dependencies",
+            "PayloadBucketName": f"{self.prefix}-payloads-{ACCOUNT}",
+            "ProcessQueueName": f"{self.prefix}-process",
+            "ProcessDlqName": f"{self.prefix}-process-dlq",
+        }
+
+    def _workflow_arn_prefix(self) -> str:
+        return f"arn:aws:states:{self.region}:{ACCOUNT}:stateMachine:{self.prefix}-"
+
+    def _set_env(self, values: dict[str, str]) -> None:
+        for name, value in values.items():
+            self._saved_env.setdefault(name, os.environ.get(name))
+            os.environ[name] = value
+
+    def _create(self, names: dict[str, str]) -> None:
+        sqs = self.client("sqs")
+        dlq_url = sqs.create_queue(QueueName=names["ProcessDlqName"])["QueueUrl"]
+        dlq_arn = _queue_arn(sqs, dlq_url)
+        queue_url = sqs.create_queue(
+            QueueName=names["ProcessQueueName"],
+            Attributes={
+                "VisibilityTimeout": str(self._visibility_timeout),
+                "RedrivePolicy": json.dumps(
+                    {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": self._max_receive_count}
+                ),
+            },
+        )["QueueUrl"]
+        stream_arn = create_tables(
+            self.client("dynamodb"),
+            state_table=names["StateTableName"],
+            dependency_table=names["DependencyTableName"],
+        )
+        self.client("s3").create_bucket(Bucket=names["PayloadBucketName"])
+        substitutions = {
+            "ProcessQueueUrl": queue_url,
+            "StateTableName": names["StateTableName"],
+            "DependencyTableName": names["DependencyTableName"],
+            "PayloadBucketName": names["PayloadBucketName"],
+            "Prefix": self.prefix,
+            **self._defaults,
+        }
+        sfn = self.client("stepfunctions")
+        machines = {}
+        for name, path in definitions.discover(self._definitions_dir).items():
+            created = sfn.create_state_machine(
+                name=f"{self.prefix}-{name}",
+                roleArn=ROLE_ARN,
+                definition=definitions.render(path, substitutions),
+            )
+            machines[name] = created["stateMachineArn"]
+        self.outputs = {
+            "ProcessQueueUrl": queue_url,
+            "ProcessQueueArn": _queue_arn(sqs, queue_url),
+            "ProcessDlqUrl": dlq_url,
+            "StateTableName": names["StateTableName"],
+            "DependencyTableName": names["DependencyTableName"],
+            "DependencyStreamArn": stream_arn,
+            "PayloadBucketName": names["PayloadBucketName"],
+            "Prefix": self.prefix,
+            "Region": self.region,
+            "StateMachines": machines,
+        }
+
+    def _start_pumps(self) -> None:
+        invoker = Invoker(self._sink)
+        self.pumps = {
+            "sqs": SqsPump(
+                sqs=self.client("sqs"),
+                queue_url=self.outputs["ProcessQueueUrl"],
+                queue_arn=self.outputs["ProcessQueueArn"],
+                handler=invoker.wrap(process.lambda_handler),
+                region=self.region,
+            ),
+            "executions": ExecutionPump(
+                sfn=self.client("stepfunctions"),
+                handler=invoker.wrap(update_state.lambda_handler),
+                prefix=self.prefix,
+                region=self.region,
+                account=ACCOUNT,
+            ),
+            "stream": StreamPump(
+                streams=self.client("dynamodbstreams"),
+                stream_arn=self.outputs["DependencyStreamArn"],
+                handler=invoker.wrap(callback.lambda_handler),
+                region=self.region,
+            ),
+        }
+        self._runner = PumpRunner(list(self.pumps.values()), poll_interval=self._poll_interval)
+        self._runner.start()
+
+
+def _queue_arn(sqs: Any, queue_url: str) -> str:
+    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
+    return str(attributes["Attributes"]["QueueArn"])
+
+
+def _log_handler(powertools_logger: Any) -> logging.StreamHandler[IO[str]]:
+    handler: logging.StreamHandler[IO[str]] = powertools_logger.registered_handler
+    return handler
+
+
+def _reset_caches() -> None:
+    settings.get_settings.cache_clear()
+    clients.client.cache_clear()
+    process.process_flow.cache_clear()
+    update_state.update_state_flow.cache_clear()
+    callback.callback_flow.cache_clear()
