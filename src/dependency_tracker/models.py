@@ -267,7 +267,12 @@ class ProcessMessage(BaseModel):
                 raise InvalidMessageError(
                     f"url must be an s3:// url, got {url!r}", task_token=_token_of(document)
                 )
-            fetched = _unwrap(_load_json(load_url(url), f"object at {url}"))
+            try:
+                fetched = _unwrap(_load_json(load_url(url), f"object at {url}"))
+            except InvalidMessageError as exc:
+                # Keep the parent's token so it hears about the bad pointer.
+                exc.task_token = exc.task_token or _token_of(document)
+                raise
             if not isinstance(fetched, dict):
                 raise InvalidMessageError(
                     f"object at {url} is not a JSON object", task_token=_token_of(document)

@@ -226,12 +226,13 @@ class ProcessFlow:
 
     @staticmethod
     def _should_run(message: ProcessMessage, seen: PayloadStateItem) -> bool:
-        if seen.state.reruns:
-            return True
-        if message.payload.replace and seen.state.is_terminal:
-            # A redelivered replace message must not run the payload again.
-            return message.message_id is None or seen.claim_message_id != message.message_id
-        return False
+        if not seen.state.is_terminal:
+            return False
+        if message.message_id is not None and seen.claim_message_id == message.message_id:
+            # A redelivery of the message that started the last attempt is not
+            # a new submission: it must not run the payload again.
+            return False
+        return seen.state.reruns or message.payload.replace
 
     def _start(self, message: ProcessMessage, attempt: int) -> None:
         payload = message.payload

@@ -173,6 +173,35 @@ def test_failed_or_aborted_payload_runs_again(
 
 
 @pytest.mark.usefixtures("workflows")
+def test_redelivered_message_does_not_rerun_the_failure_it_caused(
+    aws: Aws, lambda_context: LocalContext
+) -> None:
+    # GIVEN a message whose attempt failed
+    event = sqs_event(payload(workflow="fail", callback={"task_token": "t"}), ids=["m1"])
+    lambda_handler(event, lambda_context)
+    item = aws.states.get(payload_id(workflow="fail"))
+    assert item is not None
+    aws.states.set_final(
+        payload_id=item.payload_id,
+        workflow="fail",
+        state=PayloadState.FAILED,
+        execution_arn=item.execution_arn or "",
+        attempt=1,
+        error="TaskFailed",
+    )
+    # WHEN SQS delivers the same message again
+    lambda_handler(event, lambda_context)
+    # THEN nothing runs again (a new message would re-run it)
+    again = aws.states.get(item.payload_id)
+    assert again is not None
+    assert (again.state, again.attempt) == (PayloadState.FAILED, 1)
+    lambda_handler(sqs_event(payload(workflow="fail"), ids=["m2"]), lambda_context)
+    rerun = aws.states.get(item.payload_id)
+    assert rerun is not None
+    assert rerun.attempt == 2
+
+
+@pytest.mark.usefixtures("workflows")
 def test_replace_reruns_a_finished_payload_once(aws: Aws, lambda_context: LocalContext) -> None:
     model = ProcessPayload.model_validate(payload())
     aws.states.claim(model, None)

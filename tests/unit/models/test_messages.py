@@ -114,3 +114,13 @@ def test_payload_envelope_around_a_url() -> None:
     )
     assert message.payload_id == payload_id("item-u")
     assert message.callback is not None
+
+
+def test_unreadable_url_keeps_the_token() -> None:
+    def load(url: str) -> str:
+        return "{not json"
+
+    body = json.dumps({"url": "s3://b/k", "callback": {"task_token": "tok"}})
+    with pytest.raises(InvalidMessageError, match="not valid JSON") as caught:
+        ProcessMessage.from_body(body, load_url=load)
+    assert caught.value.task_token == "tok"
