@@ -1,0 +1,1 @@
+"""The ``dependency-tracker`` command (needs the ``cli`` extra: Typer and Rich)."""
