@@ -60,16 +60,23 @@ def wait_until(predicate: Callable[[], Any], *, timeout: float = 20.0, every: fl
         time.sleep(every)
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="session", autouse=True)
+def no_real_aws() -> Iterator[None]:
+    """Fake credentials everywhere; no test can reach a real endpoint or profile."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+            patch.delenv(name, raising=False)
+        patch.setenv("AWS_ACCESS_KEY_ID", "testing")
+        patch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        patch.setenv("AWS_DEFAULT_REGION", REGION)
+        patch.setenv("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
+        patch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+        yield
+
+
+@pytest.fixture
 def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Fake credentials and the tracker's settings; no real endpoint can be reached."""
-    for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    monkeypatch.setenv("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
-    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    """The tracker's settings for unit tests (tests/unit makes this autouse)."""
     monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "INFO")
     monkeypatch.setenv(settings.ENV_STATE_TABLE, STATE_TABLE)
     monkeypatch.setenv(settings.ENV_DEPENDENCY_TABLE, DEPENDENCY_TABLE)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import io
 import json
 import time
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from dependency_tracker.local import LocalStack
-from dependency_tracker.models import PayloadStateItem
 from dependency_tracker.stores import DependencyTable, StateTable
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from dependency_tracker.models import PayloadStateItem
 
 PARENT = "wait-for-dependencies"
 CHILD = "simulate"

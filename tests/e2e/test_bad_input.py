@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import pytest
 
-from dependency_tracker.local import LocalStack
 from dependency_tracker.models import PayloadState
 from tests.e2e.conftest import dependency, finished, start_parent, state_of, wait_until
+
+if TYPE_CHECKING:
+    from dependency_tracker.local import LocalStack
 
 pytestmark = pytest.mark.e2e
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import random
 import time
+from typing import TYPE_CHECKING
 
 import pytest
 
-from dependency_tracker.local import LocalStack
 from dependency_tracker.models import PayloadState
 from tests.e2e.conftest import (
     all_child_runs,
@@ -20,6 +20,9 @@ from tests.e2e.conftest import (
     state_of,
     wait_until,
 )
+
+if TYPE_CHECKING:
+    from dependency_tracker.local import LocalStack
 
 pytestmark = pytest.mark.e2e
 

@@ -161,6 +161,21 @@ class LocalStack:
         """Rounds a pump failed (not handler failures, which follow source semantics)."""
         return 0 if self._runner is None else self._runner.errors
 
+    @property
+    def dead_letters(self) -> dict[str, list[dict[str, Any]]]:
+        """Events the pumps gave up on, by function (the on-failure destinations).
+
+        Process-queue messages that fail for good are in the real DLQ
+        (``ProcessDlqUrl``) instead.
+        """
+        executions, stream = self.pumps.get("executions"), self.pumps.get("stream")
+        return {
+            "update-state": executions.dead_letters
+            if isinstance(executions, ExecutionPump)
+            else [],
+            "callback": stream.dead_letters if isinstance(stream, StreamPump) else [],
+        }
+
     def state_machine_arn(self, name: str) -> str:
         """ARN of ``{prefix}-{name}``."""
         return f"{self._workflow_arn_prefix()}{name}"
