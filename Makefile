@@ -4,21 +4,25 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp
 
-.PHONY: venv lint format test test-unit test-e2e demo check clean
+.PHONY: venv constraints lint format test test-unit test-e2e demo check clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# constraints.txt pins the versions the suite was last run with (refresh: make constraints).
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[local,cli,dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[local,cli,dev]'
 	touch $(STAMP)
+
+constraints:
+	$(BIN)/python -m pip freeze --exclude-editable > constraints.txt
 
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/python -m json.tool --no-ensure-ascii stepfunctions/*.asl.json > /dev/null
+	$(BIN)/python -c 'import json, pathlib, sys; [json.loads(p.read_text()) for p in pathlib.Path("stepfunctions").glob("*.asl.json")]'
 
 format: venv
 	$(BIN)/ruff check --fix .
@@ -34,7 +38,7 @@ test-e2e: venv
 	$(BIN)/pytest tests/e2e
 
 demo: venv
-	$(BIN)/dependency-tracker demo
+	$(BIN)/dependency-tracker demo $(DEMO_ARGS)
 
 check: lint test
 
