@@ -17,6 +17,7 @@ from dependency_tracker.handlers import callback as callback_handler
 from dependency_tracker.handlers import process as process_handler
 from dependency_tracker.handlers import update_state as update_state_handler
 from dependency_tracker.local.context import LocalContext
+from dependency_tracker.models import PayloadState, PayloadStateItem, ProcessPayload
 from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
 from dependency_tracker.stores.schema import create_tables
 
@@ -126,6 +127,28 @@ class Aws:
     @property
     def bucket(self) -> PayloadBucket:
         return PayloadBucket(self.s3)
+
+    def finished_payload(
+        self,
+        body: dict[str, Any],
+        state: PayloadState,
+        *,
+        execution_arn: str = "arn:done",
+        error: str | None = None,
+        cause: str | None = None,
+    ) -> PayloadStateItem:
+        """Record ``body`` as claimed and ended in ``state`` (attempt 1), as if it ran."""
+        model = ProcessPayload.model_validate(body)
+        self.states.claim(model, None)
+        return self.states.set_final(
+            payload_id=model.id,
+            workflow=model.workflow,
+            state=state,
+            execution_arn=execution_arn,
+            attempt=1,
+            error=error,
+            cause=cause,
+        )
 
     def create_workflow(self, workflow: str, definition: dict[str, Any]) -> str:
         """Register ``{prefix}-{workflow}``; returns its ARN."""

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import io
 import json
-import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from dependency_tracker.local import LocalStack
 from dependency_tracker.stores import DependencyTable, StateTable
+from tests.conftest import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -54,17 +54,6 @@ def start_parent(
         input=json.dumps({"dependencies": dependencies, "timeout_seconds": timeout_seconds}),
     )
     return str(response["executionArn"])
-
-
-def wait_until(predicate: Any, *, timeout: float = 30.0, every: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout}s")
-        time.sleep(every)
 
 
 def finished(stack: LocalStack, execution_arn: str, timeout: float = 30.0) -> dict[str, Any]:

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dependency_tracker.models import PayloadState
-from tests.e2e.conftest import dependency, finished, start_parent, state_of, wait_until
+from tests.conftest import wait_until
+from tests.e2e.conftest import dependency, finished, start_parent, state_of
 
 if TYPE_CHECKING:
     from dependency_tracker.local import LocalStack

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dependency_tracker.models import PayloadState
+from tests.conftest import wait_until
 from tests.e2e.conftest import (
     all_child_runs,
     child_executions,
@@ -18,7 +19,6 @@ from tests.e2e.conftest import (
     finished,
     start_parent,
     state_of,
-    wait_until,
 )
 
 if TYPE_CHECKING:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dependency_tracker.models import PayloadState
+from tests.conftest import wait_until
 from tests.e2e.conftest import (
     all_child_runs,
     child_executions,
@@ -17,7 +18,6 @@ from tests.e2e.conftest import (
     notified,
     start_parent,
     state_of,
-    wait_until,
     waiters,
 )
 

@@ -102,16 +102,7 @@ def _progress(scenario: Scenario, snap: Snapshot) -> Group:
         )
         waited = "" if status.waited is None else f"{status.waited:.1f} s"
         parents.add_row(status.parent.name, waits, _styled(status.status), waited)
-    deps = Table(title="dependencies")
-    for column in ("dependency", "state", "executions"):
-        deps.add_column(column)
-    for dependency in scenario.dependencies:
-        deps.add_row(
-            dependency.item,
-            _styled(_state_name(snap, dependency.item)),
-            str(snap.executions.get(dependency.item, 0)),
-        )
-    return Group(parents, deps)
+    return Group(parents, _dependencies(scenario, snap, final=False))
 
 
 def _state_name(snap: Snapshot, item: str) -> str | None:
@@ -135,17 +126,25 @@ def _final_table(scenario: Scenario, report: Report) -> Group:
         waited = "" if status.waited is None else f"{status.waited:.1f} s"
         ok = "[green]✓[/]" if status.as_expected else "[red]✗[/]"
         parents.add_row(status.parent.name, status.parent.story, waits, did, waited, ok)
-    deps = Table(title="dependencies")
-    for column in ("dependency", "final state", "executions", "waiters"):
-        deps.add_column(column)
+    return Group(parents, _dependencies(scenario, snap, final=True))
+
+
+def _dependencies(scenario: Scenario, snap: Snapshot, *, final: bool) -> Table:
+    table = Table(title="dependencies")
+    for column in ("dependency", "final state" if final else "state", "executions"):
+        table.add_column(column)
+    if final:
+        table.add_column("waiters")
     for dependency in scenario.dependencies:
-        deps.add_row(
+        row = [
             dependency.item,
             _styled(_state_name(snap, dependency.item)),
             str(snap.executions.get(dependency.item, 0)),
-            str(snap.waiters.get(dependency.item, 0)),
-        )
-    return Group(parents, deps)
+        ]
+        if final:
+            row.append(str(snap.waiters.get(dependency.item, 0)))
+        table.add_row(*row)
+    return table
 
 
 def main() -> None:

@@ -6,9 +6,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from boto3.dynamodb.types import TypeSerializer
+from botocore.exceptions import ClientError
 
 if TYPE_CHECKING:
-    from botocore.exceptions import ClientError
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 _SERIALIZER = TypeSerializer()
 
@@ -26,3 +27,16 @@ def values(**plain: object) -> dict[str, Any]:
         )
         for name, value in plain.items()
     }
+
+
+def put_if_absent(client: DynamoDBClient, table: str, item: dict[str, Any], key: str) -> bool:
+    """``PutItem`` unless an item with that key exists; False when it did (a duplicate)."""
+    try:
+        client.put_item(
+            TableName=table, Item=item, ConditionExpression=f"attribute_not_exists({key})"
+        )
+    except ClientError as exc:
+        if is_conditional_failure(exc):
+            return False
+        raise
+    return True

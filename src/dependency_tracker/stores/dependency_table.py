@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from dependency_tracker.models import PayloadState, Resolution, WaiterItem, utcnow
-from dependency_tracker.stores._dynamodb import is_conditional_failure, values
+from dependency_tracker.stores._dynamodb import is_conditional_failure, put_if_absent, values
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -37,17 +37,7 @@ class DependencyTable:
 
     def register(self, waiter: WaiterItem) -> bool:
         """Write a waiter row unless it exists; returns False for a duplicate delivery."""
-        try:
-            self._client.put_item(
-                TableName=self.table_name,
-                Item=waiter.to_item(),
-                ConditionExpression="attribute_not_exists(waiter_id)",
-            )
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return False
-            raise
-        return True
+        return put_if_absent(self._client, self.table_name, waiter.to_item(), "waiter_id")
 
     def get(self, payload_id: str, waiter_id: str) -> WaiterItem | None:
         """Strongly consistent read of one waiter row."""

@@ -14,7 +14,7 @@ from dependency_tracker.models import (
     ProcessPayload,
     utcnow,
 )
-from dependency_tracker.stores._dynamodb import is_conditional_failure, values
+from dependency_tracker.stores._dynamodb import is_conditional_failure, put_if_absent, values
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -243,17 +243,7 @@ class StateTable:
 
     def record_invalid(self, item: InvalidMessageItem) -> bool:
         """Store an invalid message once; returns False for a duplicate delivery."""
-        try:
-            self._client.put_item(
-                TableName=self.table_name,
-                Item=item.to_item(),
-                ConditionExpression="attribute_not_exists(payload_id)",
-            )
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return False
-            raise
-        return True
+        return put_if_absent(self._client, self.table_name, item.to_item(), "payload_id")
 
 
 def _key(payload_id: str) -> dict[str, Any]:

@@ -105,14 +105,7 @@ def test_finished_payload_is_replayed_without_a_new_execution(
 ) -> None:
     # GIVEN a payload that already SUCCEEDED
     model = ProcessPayload.model_validate(payload())
-    aws.states.claim(model, None)
-    aws.states.set_final(
-        payload_id=model.id,
-        workflow="pass",
-        state=PayloadState.SUCCEEDED,
-        execution_arn="arn:done",
-        attempt=1,
-    )
+    aws.finished_payload(payload(), PayloadState.SUCCEEDED, execution_arn="arn:done")
     # WHEN a new waiter arrives
     body = payload(callback={"task_token": "late"})
     assert failures(lambda_handler(sqs_event(body), lambda_context)) == []
@@ -128,15 +121,8 @@ def test_finished_payload_is_replayed_without_a_new_execution(
 @pytest.mark.usefixtures("workflows")
 def test_invalid_payload_is_replayed_as_invalid(aws: Aws, lambda_context: LocalContext) -> None:
     model = ProcessPayload.model_validate(payload())
-    aws.states.claim(model, None)
-    aws.states.set_final(
-        payload_id=model.id,
-        workflow="pass",
-        state=PayloadState.INVALID,
-        execution_arn="arn:bad",
-        attempt=1,
-        error="InvalidInput",
-        cause="no",
+    aws.finished_payload(
+        payload(), PayloadState.INVALID, execution_arn="arn:bad", error="InvalidInput", cause="no"
     )
     lambda_handler(sqs_event(payload(callback={"task_token": "t"})), lambda_context)
     waiter = aws.dependencies.get(model.id, waiter_id_for("t"))
@@ -161,10 +147,7 @@ def test_failed_or_aborted_payload_runs_again(
     aws: Aws, lambda_context: LocalContext, previous: PayloadState
 ) -> None:
     model = ProcessPayload.model_validate(payload())
-    aws.states.claim(model, None)
-    aws.states.set_final(
-        payload_id=model.id, workflow="pass", state=previous, execution_arn="arn:1", attempt=1
-    )
+    aws.finished_payload(payload(), previous, execution_arn="arn:1")
     lambda_handler(sqs_event(payload()), lambda_context)
     item = aws.states.get(model.id)
     assert item is not None
@@ -203,15 +186,8 @@ def test_redelivered_message_does_not_rerun_the_failure_it_caused(
 
 @pytest.mark.usefixtures("workflows")
 def test_replace_reruns_a_finished_payload_once(aws: Aws, lambda_context: LocalContext) -> None:
+    first = aws.finished_payload(payload(), PayloadState.SUCCEEDED, execution_arn="arn:1")
     model = ProcessPayload.model_validate(payload())
-    aws.states.claim(model, None)
-    first = aws.states.set_final(
-        payload_id=model.id,
-        workflow="pass",
-        state=PayloadState.SUCCEEDED,
-        execution_arn="arn:1",
-        attempt=1,
-    )
     replace = payload()
     replace["process"][0]["replace"] = True
     event = sqs_event(replace, ids=["replace-1"])
