@@ -1,0 +1,60 @@
+"""Events the handlers receive, as models."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dependency_tracker.models.enums import INVALID_INPUT_ERRORS, ExecutionStatus, PayloadState
+
+
+class InputDetails(BaseModel):
+    """Whether EventBridge carried the execution input inline."""
+
+    included: bool = True
+
+
+class StatusChange(BaseModel):
+    """``detail`` of a "Step Functions Execution Status Change" event."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    execution_arn: str = Field(alias="executionArn")
+    state_machine_arn: str = Field(alias="stateMachineArn")
+    name: str
+    status: ExecutionStatus
+    start_date: int | None = Field(default=None, alias="startDate")
+    stop_date: int | None = Field(default=None, alias="stopDate")
+    input: str | None = None
+    input_details: InputDetails = Field(default_factory=InputDetails, alias="inputDetails")
+    output: str | None = None
+    error: str | None = None
+    cause: str | None = None
+
+    @property
+    def state_machine_name(self) -> str:
+        """Name part of the state machine ARN."""
+        return self.state_machine_arn.rsplit(":", 1)[-1]
+
+    @property
+    def final_state(self) -> PayloadState | None:
+        """Payload state this status ends in, or None while the execution lives."""
+        match self.status:
+            case ExecutionStatus.SUCCEEDED:
+                return PayloadState.SUCCEEDED
+            case ExecutionStatus.FAILED if self.error in INVALID_INPUT_ERRORS:
+                return PayloadState.INVALID
+            case ExecutionStatus.FAILED | ExecutionStatus.TIMED_OUT:
+                return PayloadState.FAILED
+            case ExecutionStatus.ABORTED:
+                return PayloadState.ABORTED
+            case _:
+                return None
+
+    @property
+    def failure_error(self) -> str | None:
+        """Error to record for a failed run (Step Functions names timeouts itself)."""
+        if self.status is ExecutionStatus.TIMED_OUT:
+            return self.error or "States.Timeout"
+        if self.status is ExecutionStatus.ABORTED:
+            return self.error or "Aborted"
+        return self.error
