@@ -24,7 +24,8 @@ class InvalidMessageError(DependencyTrackerError):
 
     ``retryable`` tells the handler whether redelivery could help (a missing S3
     object may appear; malformed JSON never heals). ``task_token`` is whatever
-    token could be read from the broken message, so the parent can be told.
+    token could be read from the broken message, so the parent can be told,
+    and ``error_name`` is the public error it hears (``InvalidJoin`` for joins).
     """
 
     exit_code = 3
@@ -36,11 +37,13 @@ class InvalidMessageError(DependencyTrackerError):
         retryable: bool = False,
         task_token: str | None = None,
         payload_id: str | None = None,
+        error_name: str = "DependencyInvalid",
     ) -> None:
         self.reason = reason
         self.retryable = retryable
         self.task_token = task_token
         self.payload_id = payload_id
+        self.error_name = error_name
         super().__init__(f"invalid message: {reason}")
 
 

@@ -19,7 +19,12 @@ from dependency_tracker.models import (
     CallbackFailure,
     CallbackSuccess,
     DependencyError,
+    JoinItem,
+    JoinSummary,
+    MembershipItem,
     PayloadState,
+    Resolution,
+    Row,
     WaiterItem,
 )
 from dependency_tracker.observability import logger, metrics, redact_token
@@ -28,7 +33,6 @@ from dependency_tracker.stores import DependencyTable
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
 
-    from dependency_tracker.models import Resolution
     from dependency_tracker.settings import Settings
 
 # The parent finished, timed out or was already resumed: nobody to tell.
@@ -44,6 +48,7 @@ class CallbackAction(StrEnum):
     PARENT_GONE = "parent_gone"
     ALREADY_NOTIFIED = "already_notified"
     NOT_READY = "not_ready"
+    RECORDED = "recorded"  # a join member's outcome was added to its join
 
     @property
     def metric_name(self) -> str:
@@ -70,68 +75,136 @@ class CallbackFlow:
             sfn=client("stepfunctions"),
         )
 
-    def handle(self, image: WaiterItem) -> CallbackAction:
-        """Notify the parent of the waiter in ``image`` (a stream's new image).
+    def handle(self, image: Row) -> CallbackAction:
+        """Act on one dependency-table row from the stream (its new image).
+
+        A task-token waiter or a join that turned terminal: tell the parent.
+        A join membership that turned terminal: record it on the join, which
+        turns terminal itself once its quorum is decided.
 
         Raises:
             CallbackDeliveryError: Step Functions refused for a reason that a
                 retry may fix (throttling, 5xx); the stream record is retried.
         """
         logger.set_correlation_id(image.payload_id)
-        logger.append_keys(token_hash=redact_token(image.task_token))
-        action = self._handle(image)
+        if isinstance(image, MembershipItem):
+            logger.append_keys(join_id=image.join_id)
+            action = self._record_membership(image)
+        else:
+            logger.append_keys(token_hash=redact_token(image.task_token))
+            action = self._notify(image)
         logger.info("callback handled", extra={"action": action.value})
         metrics.add_metric(name=action.metric_name, unit=MetricUnit.Count, value=1)
         return action
 
-    def _handle(self, image: WaiterItem) -> CallbackAction:
+    def _current(self, image: Row) -> tuple[Row, Resolution] | None:
+        """The row as stored now and its resolution, or None if nothing is left to do."""
+        if image.resolution is None or image.notified_at is not None:
+            return None
+        # Streams deliver at least once: check the row, not just the image.
+        current = self.dependencies.get_row(image.payload_id, image.waiter_id)
+        if current is None or current.notified_at is not None or current.resolution is None:
+            return None
+        return current, current.resolution
+
+    def _notify(self, image: WaiterItem | JoinItem) -> CallbackAction:
         if image.resolution is None:
             return CallbackAction.NOT_READY
-        if image.notified_at is not None:
+        found = self._current(image)
+        if found is None:
             return CallbackAction.ALREADY_NOTIFIED
-        # Streams deliver at least once: check the row, not just the image.
-        current = self.dependencies.get(image.payload_id, image.waiter_id)
-        if current is None or current.notified_at is not None:
+        current, resolution = found
+        if isinstance(current, JoinItem):
+            action, outcome = self._send_join(current)
+        elif isinstance(current, WaiterItem):
+            action, outcome = self._send_waiter(current, resolution)
+        else:
             return CallbackAction.ALREADY_NOTIFIED
-        resolution = current.resolution or image.resolution
-        action, outcome = self._send(current, resolution)
+        self._mark(current, outcome)
+        return action
+
+    def _record_membership(self, image: MembershipItem) -> CallbackAction:
+        if image.resolution is None:
+            return CallbackAction.NOT_READY
+        found = self._current(image)
+        if found is None:
+            return CallbackAction.ALREADY_NOTIFIED
+        current, resolution = found
+        if not isinstance(current, MembershipItem):
+            return CallbackAction.ALREADY_NOTIFIED
+        join = self.dependencies.record_member(current.join_id, current.payload_id, resolution)
+        if join is None:
+            logger.warning("membership of a join that does not exist")
+        elif join.workflow_state is PayloadState.PROCESSING and (decided := join.decision()):
+            state, error = decided
+            first_success = join.quorum == 1 and state is PayloadState.SUCCEEDED
+            if self.dependencies.decide_join(
+                join.join_id,
+                state,
+                error=error,
+                winner=current.payload_id if first_success else None,
+            ):
+                logger.info("join decided", extra={"state": state.value, "error": error})
+        self._mark(current, f"RECORDED:{resolution.state.value}")
+        return CallbackAction.RECORDED
+
+    def _mark(self, row: Row, outcome: str) -> None:
         self.dependencies.mark_notified(
-            current.payload_id,
-            current.waiter_id,
+            row.payload_id,
+            row.waiter_id,
             outcome=outcome,
             retention_days=self.settings.waiter_retention_days,
         )
-        return action
 
-    def _send(self, waiter: WaiterItem, resolution: Resolution) -> tuple[CallbackAction, str]:
+    def _send_waiter(
+        self, waiter: WaiterItem, resolution: Resolution
+    ) -> tuple[CallbackAction, str]:
+        if resolution.state is PayloadState.SUCCEEDED:
+            success = CallbackSuccess(
+                payload_id=waiter.payload_id,
+                execution_arn=resolution.execution_arn,
+                replayed=resolution.replayed,
+            )
+            return self._send(waiter.task_token, resolution.state, output=success.model_dump_json())
+        failure = CallbackFailure(
+            error=waiter.error_name or DependencyError.for_state(resolution.state),
+            payload_id=waiter.payload_id,
+            state=resolution.state,
+            execution_arn=resolution.execution_arn,
+            payload_error=resolution.error,
+            payload_cause=resolution.cause,
+        )
+        return self._send(
+            waiter.task_token, resolution.state, error=failure.error, cause=failure.cause_json()
+        )
+
+    def _send_join(self, join: JoinItem) -> tuple[CallbackAction, str]:
+        summary = JoinSummary.of(join).to_json()
+        if join.workflow_state is PayloadState.SUCCEEDED:
+            return self._send(join.task_token, join.workflow_state, output=summary)
+        error = DependencyError(join.error) if join.error else DependencyError.QUORUM_UNREACHABLE
+        return self._send(join.task_token, join.workflow_state, error=error, cause=summary)
+
+    def _send(
+        self,
+        task_token: str,
+        state: PayloadState,
+        *,
+        output: str | None = None,
+        error: DependencyError | None = None,
+        cause: str | None = None,
+    ) -> tuple[CallbackAction, str]:
         try:
-            if resolution.state is PayloadState.SUCCEEDED:
-                success = CallbackSuccess(
-                    payload_id=waiter.payload_id,
-                    execution_arn=resolution.execution_arn,
-                    replayed=resolution.replayed,
-                )
-                self._sfn.send_task_success(
-                    taskToken=waiter.task_token, output=success.model_dump_json()
-                )
+            if error is None:
+                self._sfn.send_task_success(taskToken=task_token, output=output or "{}")
             else:
-                failure = CallbackFailure(
-                    error=DependencyError.for_state(resolution.state),
-                    payload_id=waiter.payload_id,
-                    state=resolution.state,
-                    execution_arn=resolution.execution_arn,
-                    payload_error=resolution.error,
-                    payload_cause=resolution.cause,
-                )
                 self._sfn.send_task_failure(
-                    taskToken=waiter.task_token,
-                    error=failure.error.value,
-                    cause=failure.cause_json()[:MAX_FAILURE_CAUSE],
+                    taskToken=task_token, error=error.value, cause=(cause or "")[:MAX_FAILURE_CAUSE]
                 )
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "Unknown")
             if code in PARENT_GONE_CODES:
                 logger.info("parent no longer waits", extra={"code": code})
                 return CallbackAction.PARENT_GONE, f"PARENT_GONE:{code}"
-            raise CallbackDeliveryError(code, redact_token(waiter.task_token) or "") from exc
-        return CallbackAction.SENT, f"SENT:{resolution.state.value}"
+            raise CallbackDeliveryError(code, redact_token(task_token) or "") from exc
+        return CallbackAction.SENT, f"SENT:{state.value}"

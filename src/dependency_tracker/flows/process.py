@@ -9,6 +9,7 @@ sees the other's write, so no waiter is left behind.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from datetime import timedelta
 from enum import StrEnum, unique
 from typing import TYPE_CHECKING, Self
@@ -25,11 +26,20 @@ from dependency_tracker.errors import (
 )
 from dependency_tracker.flows._text import clip
 from dependency_tracker.models import (
+    JOIN_ROW_KEY,
+    DependencyError,
     InvalidMessageItem,
+    JoinItem,
+    JoinMessage,
+    MembershipItem,
     PayloadState,
     ProcessMessage,
+    ProcessPayload,
     Resolution,
     WaiterItem,
+    join_partition_for,
+    membership_id_for,
+    read_message,
     utcnow,
     waiter_id_for,
 )
@@ -49,6 +59,13 @@ INVALID_MESSAGE_PREFIX = "invalid-message/"
 MAX_BODY_EXCERPT = 16 * 1024
 
 
+class _Unread:
+    """Marker: the payload's state has not been read yet."""
+
+
+_UNREAD = _Unread()
+
+
 @unique
 class ProcessAction(StrEnum):
     """What the process flow did with a message."""
@@ -58,6 +75,7 @@ class ProcessAction(StrEnum):
     WAITING = "waiting"  # an execution is live; update-state will resolve the waiter
     REPLAYED = "replayed"  # already finished: the waiter was resolved from the stored state
     INVALID = "invalid"  # the message was recorded as invalid
+    JOINED = "joined"  # a join was registered and each member started, replayed or left
 
     @property
     def metric_name(self) -> str:
@@ -95,35 +113,27 @@ class ProcessFlow:
             bucket=PayloadBucket(client("s3")),
         )
 
-    def parse(self, body: str, *, message_id: str | None = None) -> ProcessMessage:
+    def parse(self, body: str, *, message_id: str | None = None) -> ProcessMessage | JoinMessage:
         """Turn a queue body into a message, reading S3 pointers.
 
         Raises:
-            InvalidMessageError: See :meth:`ProcessMessage.from_body`.
+            InvalidMessageError: See :func:`dependency_tracker.models.read_message`.
         """
-        return ProcessMessage.from_body(body, message_id=message_id, load_url=self._bucket.read_url)
+        return read_message(body, message_id=message_id, load_url=self._bucket.read_url)
 
-    def handle(self, message: ProcessMessage) -> ProcessAction:
-        """Register the message's waiter, then make sure the payload runs once.
+    def handle(self, message: ProcessMessage | JoinMessage) -> ProcessAction:
+        """Register who waits, then make sure each payload runs once.
 
         Raises:
+            InvalidMessageError: A join reuses a ``join_id`` of another token.
             UnknownWorkflowError: No state machine for the workflow (retryable:
                 it may be deployed later; the claim stays for the next try).
             TransitionConflictError: The item kept changing under us (retryable).
         """
-        payload_id = message.payload_id
+        if isinstance(message, JoinMessage):
+            return self._handle_join(message)
         waiter_id = self._register(message)
-        for _ in range(MAX_ROUNDS):
-            seen = self.states.get(payload_id)
-            try:
-                action = self._advance(message, seen, waiter_id)
-            except TransitionConflictError as exc:
-                logger.info("lost a race, reading again", extra={"reason": str(exc)})
-                continue
-            logger.info("processed", extra={"action": action.value})
-            metrics.add_metric(name=action.metric_name, unit=MetricUnit.Count, value=1)
-            return action
-        raise TransitionConflictError(f"{payload_id} kept changing for {MAX_ROUNDS} rounds")
+        return self._settle(message.payload, message.message_id, waiter_id)
 
     def record_invalid(
         self, error: InvalidMessageError, *, body: str, message_id: str | None
@@ -174,6 +184,7 @@ class ProcessFlow:
                     resolved_at=now,
                     error="InvalidMessage",
                     cause=clip(error.reason),
+                    error_name=DependencyError(error.error_name),
                 )
             )
         return ProcessAction.INVALID
@@ -204,38 +215,115 @@ class ProcessFlow:
         )
         return waiter.waiter_id
 
-    def _advance(
-        self, message: ProcessMessage, seen: PayloadStateItem | None, waiter_id: str | None
+    def _settle(
+        self,
+        payload: ProcessPayload,
+        message_id: str | None,
+        row_id: str | None,
+        seen: PayloadStateItem | _Unread | None = _UNREAD,
     ) -> ProcessAction:
-        if seen is None or self._should_run(message, seen):
-            claimed = self.states.claim(message.payload, seen, message_id=message.message_id)
-            self._start(message, claimed.attempt)
+        """Start, replay or leave one payload; re-read after every lost race."""
+        for _ in range(MAX_ROUNDS):
+            if isinstance(seen, _Unread):
+                seen = self.states.get(payload.id)
+            try:
+                action = self._advance(payload, message_id, seen, row_id)
+            except TransitionConflictError as exc:
+                logger.info("lost a race, reading again", extra={"reason": str(exc)})
+                seen = _UNREAD
+                continue
+            logger.info("processed", extra={"action": action.value, "payload_id": payload.id})
+            metrics.add_metric(name=action.metric_name, unit=MetricUnit.Count, value=1)
+            return action
+        raise TransitionConflictError(f"{payload.id} kept changing for {MAX_ROUNDS} rounds")
+
+    def _advance(
+        self,
+        payload: ProcessPayload,
+        message_id: str | None,
+        seen: PayloadStateItem | None,
+        row_id: str | None,
+    ) -> ProcessAction:
+        if seen is None or self._should_run(payload, message_id, seen):
+            claimed = self.states.claim(payload, seen, message_id=message_id)
+            self._start(payload, claimed.attempt)
             return ProcessAction.STARTED
         if seen.state is PayloadState.CLAIMED:
             # The claimer may have died before StartExecution; the name is
             # deterministic, so starting again is harmless if it did not.
-            self._start(message, seen.attempt)
+            self._start(payload, seen.attempt)
             return ProcessAction.RESUMED_START
         if seen.state is PayloadState.PROCESSING:
             return ProcessAction.WAITING
-        if waiter_id is not None:
-            self.dependencies.resolve(
-                message.payload_id, waiter_id, Resolution.of(seen, replayed=True)
-            )
+        if row_id is not None:
+            self.dependencies.resolve(payload.id, row_id, Resolution.of(seen, replayed=True))
         return ProcessAction.REPLAYED
 
+    def _handle_join(self, message: JoinMessage) -> ProcessAction:
+        join, join_id, now = message.join, message.join_id, utcnow()
+        logger.append_keys(join_id=join_id, token_hash=redact_token(join.task_token))
+        row = JoinItem(
+            payload_id=join_partition_for(join_id),
+            waiter_id=JOIN_ROW_KEY,
+            join_id=join_id,
+            task_token=join.task_token,
+            quorum=message.quorum,
+            total=message.total,
+            members=[payload.id for payload in message.payloads],
+            duplicates=message.duplicates,
+            parent_execution=join.parent_execution,
+            waiter_payload_id=join.waiter_payload_id,
+            created_at=now,
+            updated_at=now,
+        )
+        if not self.dependencies.register(row):
+            existing = self.dependencies.get_join(join_id)
+            if existing is not None and existing.task_token != join.task_token:
+                raise InvalidMessageError(
+                    f"join_id {join_id!r} is already used by another task token",
+                    task_token=join.task_token,
+                    error_name=DependencyError.INVALID_JOIN,
+                )
+            # A redelivery: carry on, every step below is idempotent.
+        if message.duplicates:
+            logger.warning("duplicate payloads in join", extra={"duplicates": message.duplicates})
+        membership_id = membership_id_for(join_id)
+        for payload in message.payloads:
+            self.dependencies.register(
+                MembershipItem(
+                    payload_id=payload.id,
+                    waiter_id=membership_id,
+                    join_id=join_id,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+        # Every membership row is written before any state is read (ordering rule).
+        seen = self.states.batch_get(payload.id for payload in message.payloads)
+        actions = Counter(
+            self._settle(payload, message.message_id, membership_id, seen.get(payload.id)).value
+            for payload in message.payloads
+        )
+        logger.info(
+            "join registered",
+            extra={"quorum": message.quorum, "total": message.total, "actions": dict(actions)},
+        )
+        metrics.add_metric(name=ProcessAction.JOINED.metric_name, unit=MetricUnit.Count, value=1)
+        return ProcessAction.JOINED
+
     @staticmethod
-    def _should_run(message: ProcessMessage, seen: PayloadStateItem) -> bool:
+    def _should_run(
+        payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
+    ) -> bool:
         if not seen.state.is_terminal:
             return False
-        if message.message_id is not None and seen.claim_message_id == message.message_id:
+        if message_id is not None and seen.claim_message_id == message_id:
             # A redelivery of the message that started the last attempt is not
             # a new submission: it must not run the payload again.
             return False
-        return seen.state.reruns or message.payload.replace
+        return seen.state.reruns or payload.replace
 
-    def _start(self, message: ProcessMessage, attempt: int) -> None:
-        payload = message.payload
+    def _start(self, payload: ProcessPayload, attempt: int) -> None:
         state_machine_arn = self.settings.state_machine_arn(payload.workflow)
         name = naming.execution_name(payload.id, attempt)
         try:

@@ -14,7 +14,7 @@ from aws_lambda_powertools.utilities.batch import (
 from pydantic import ValidationError
 
 from dependency_tracker.flows.callback import CallbackFlow
-from dependency_tracker.models import WaiterItem
+from dependency_tracker.models import row_from_plain
 from dependency_tracker.observability import logger, metrics
 from dependency_tracker.settings import get_settings
 
@@ -45,12 +45,12 @@ def record_handler(record: DynamoDBRecord) -> None:
         return
     with logger.append_context_keys(sequence_number=record.dynamodb.sequence_number):
         try:
-            waiter = WaiterItem.from_plain(image)
+            row = row_from_plain(image)
         except ValidationError:
             logger.exception("stream image is not a waiter row")
             metrics.add_metric(name="InvalidWaiterImages", unit=MetricUnit.Count, value=1)
             raise
-        callback_flow().handle(waiter)
+        callback_flow().handle(row)
 
 
 @logger.inject_lambda_context(clear_state=True)

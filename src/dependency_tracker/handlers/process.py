@@ -14,6 +14,7 @@ from aws_lambda_powertools.utilities.batch import (
 
 from dependency_tracker.errors import InvalidMessageError, UnknownWorkflowError
 from dependency_tracker.flows.process import ProcessFlow
+from dependency_tracker.models import ProcessMessage, join_partition_for
 from dependency_tracker.observability import logger, metrics
 from dependency_tracker.settings import get_settings
 
@@ -37,16 +38,18 @@ def record_handler(record: SQSRecord) -> None:
     with logger.append_context_keys(message_id=record.message_id):
         try:
             message = flow.parse(record.body, message_id=record.message_id)
+            logger.set_correlation_id(
+                message.payload_id
+                if isinstance(message, ProcessMessage)
+                else join_partition_for(message.join_id)
+            )
+            flow.handle(message)
         except InvalidMessageError as exc:
             if exc.retryable:
                 logger.error("message cannot be read yet", extra={"reason": exc.reason})
                 metrics.add_metric(name="UnreadableMessages", unit=MetricUnit.Count, value=1)
                 raise
             flow.record_invalid(exc, body=record.body, message_id=record.message_id)
-            return
-        logger.set_correlation_id(message.payload_id)
-        try:
-            flow.handle(message)
         except UnknownWorkflowError as exc:
             logger.error("unknown workflow", extra={"reason": str(exc)})
             raise

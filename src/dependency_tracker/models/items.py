@@ -8,7 +8,7 @@ from typing import Any, Literal, Self
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dependency_tracker.models.enums import PayloadState
+from dependency_tracker.models.enums import DependencyError, PayloadState
 from dependency_tracker.tokens import token_hash
 
 _SERIALIZER = TypeSerializer()
@@ -124,17 +124,19 @@ class Resolution(BaseModel):
         )
 
 
-class WaiterItem(TableItem):
-    """A parent waiting on a payload: one row in the dependency table."""
+class DependencyRow(TableItem):
+    """Fields every dependency-table row shares: a key and a one-way resolution.
+
+    ``waiter_id`` tells the kinds apart: ``token#<hash>`` is a parent's task
+    token (:class:`WaiterItem`), ``join#<id>`` a join's membership in a payload
+    (:class:`MembershipItem`), and ``join`` the join itself (:class:`JoinItem`).
+    """
 
     payload_id: str
     waiter_id: str
-    task_token: str
     workflow_state: PayloadState = PayloadState.PROCESSING
     created_at: datetime
     updated_at: datetime
-    parent_execution: str | None = None
-    waiter_payload_id: str | None = None
     execution_arn: str | None = None
     error: str | None = None
     cause: str | None = None
@@ -156,3 +158,113 @@ class WaiterItem(TableItem):
             cause=self.cause,
             replayed=self.replayed,
         )
+
+
+class WaiterItem(DependencyRow):
+    """A parent waiting on a payload with its own task token."""
+
+    task_token: str
+    parent_execution: str | None = None
+    waiter_payload_id: str | None = None
+    # Public error to send instead of the state's own (InvalidJoin for a bad join).
+    error_name: DependencyError | None = None
+
+
+MEMBERSHIP_KEY_PREFIX = "join#"
+JOIN_PARTITION_PREFIX = "join#"
+JOIN_ROW_KEY = "join"
+
+
+def membership_id_for(join_id: str) -> str:
+    """Sort key of a join's membership row under a member payload."""
+    return f"{MEMBERSHIP_KEY_PREFIX}{join_id}"
+
+
+def join_partition_for(join_id: str) -> str:
+    """Partition key of a join's own row."""
+    return f"{JOIN_PARTITION_PREFIX}{join_id}"
+
+
+class MembershipItem(DependencyRow):
+    """A join waiting on one of its member payloads (resolved like any waiter)."""
+
+    join_id: str
+
+
+class MemberFailure(BaseModel):
+    """How a member of a join failed."""
+
+    state: PayloadState
+    error: str | None = None
+
+
+class JoinItem(DependencyRow):
+    """One task token waiting on k of n payloads.
+
+    Member outcomes arrive as idempotent set ``ADD``s to ``succeeded`` and
+    ``failed``; the row turns terminal once (conditionally) when the quorum is
+    reached or can no longer be reached, and the callback sends the summary.
+    """
+
+    join_id: str
+    task_token: str
+    quorum: int
+    total: int
+    members: list[str]
+    succeeded: list[str] = Field(default_factory=list)
+    failed: list[str] = Field(default_factory=list)
+    failures: dict[str, MemberFailure] = Field(default_factory=dict)
+    duplicates: list[str] = Field(default_factory=list)
+    winner: str | None = None
+    parent_execution: str | None = None
+    waiter_payload_id: str | None = None
+
+    @field_validator("succeeded", "failed", mode="before")
+    @classmethod
+    def _sorted_set(cls, value: object) -> object:
+        return sorted(value) if isinstance(value, set | frozenset) else value
+
+    def to_item(self) -> dict[str, Any]:
+        """Attribute-value map; the outcome sets are string sets (``ADD``-able)."""
+        item = super().to_item()
+        for name in ("succeeded", "failed"):
+            item.pop(name, None)
+            values = getattr(self, name)
+            if values:
+                item[name] = {"SS": sorted(values)}
+        return item
+
+    def decision(self) -> tuple[PayloadState, DependencyError | None] | None:
+        """Whether the join is decided, and how.
+
+        ``(SUCCEEDED, None)`` once k succeeded, ``(FAILED, QuorumUnreachable)``
+        once more than n - k failed, else None.
+        """
+        if len(self.succeeded) >= self.quorum:
+            return PayloadState.SUCCEEDED, None
+        if len(self.failed) > self.total - self.quorum:
+            return PayloadState.FAILED, DependencyError.QUORUM_UNREACHABLE
+        return None
+
+    def pending(self) -> list[str]:
+        """Members with no outcome yet, in member order."""
+        done = set(self.succeeded) | set(self.failed)
+        return [member for member in self.members if member not in done]
+
+
+Row = WaiterItem | MembershipItem | JoinItem
+
+
+def row_from_plain(plain: dict[str, Any]) -> Row:
+    """The typed row for a deserialized dependency-table item (or stream image)."""
+    waiter_id = str(plain.get("waiter_id", ""))
+    if waiter_id == JOIN_ROW_KEY:
+        return JoinItem.from_plain(plain)
+    if waiter_id.startswith(MEMBERSHIP_KEY_PREFIX):
+        return MembershipItem.from_plain(plain)
+    return WaiterItem.from_plain(plain)
+
+
+def row_from_item(item: dict[str, Any]) -> Row:
+    """The typed row for an attribute-value map."""
+    return row_from_plain({key: _DESERIALIZER.deserialize(value) for key, value in item.items()})

@@ -8,6 +8,8 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 WORKFLOW_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+# Keys the tracker uses for its own rows; a payload id cannot take them.
+RESERVED_ID_PREFIXES = ("join#", "invalid-message/")
 
 
 class Feature(BaseModel):
@@ -64,6 +66,9 @@ class ProcessPayload(BaseModel):
     @model_validator(mode="after")
     def _compute_id(self) -> Self:
         if self.id:
+            if self.id.startswith(RESERVED_ID_PREFIXES):
+                msg = f"payload ids may not start with {' or '.join(RESERVED_ID_PREFIXES)}"
+                raise ValueError(msg)
             return self
         if not self.features:
             msg = "a payload needs an 'id' or at least one feature to derive it from"

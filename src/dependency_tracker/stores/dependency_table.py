@@ -8,7 +8,19 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from dependency_tracker.models import PayloadState, Resolution, WaiterItem, utcnow
+from dependency_tracker.models import (
+    JOIN_ROW_KEY,
+    DependencyError,
+    DependencyRow,
+    JoinItem,
+    PayloadState,
+    Resolution,
+    Row,
+    WaiterItem,
+    join_partition_for,
+    row_from_item,
+    utcnow,
+)
 from dependency_tracker.stores._dynamodb import is_conditional_failure, put_if_absent, values
 
 if TYPE_CHECKING:
@@ -35,22 +47,38 @@ class DependencyTable:
         self.table_name = table_name
         self._resolve_concurrency = max(1, resolve_concurrency)
 
-    def register(self, waiter: WaiterItem) -> bool:
-        """Write a waiter row unless it exists; returns False for a duplicate delivery."""
-        return put_if_absent(self._client, self.table_name, waiter.to_item(), "waiter_id")
+    def register(self, row: DependencyRow) -> bool:
+        """Write a row unless it exists; returns False for a duplicate delivery."""
+        return put_if_absent(self._client, self.table_name, row.to_item(), "waiter_id")
 
-    def get(self, payload_id: str, waiter_id: str) -> WaiterItem | None:
-        """Strongly consistent read of one waiter row."""
+    def get_row(self, payload_id: str, waiter_id: str) -> Row | None:
+        """Strongly consistent read of one row, typed by its kind."""
         response = self._client.get_item(
             TableName=self.table_name, Key=_key(payload_id, waiter_id), ConsistentRead=True
         )
         item = response.get("Item")
-        return None if item is None else WaiterItem.from_item(item)
+        return None if item is None else row_from_item(item)
+
+    def get(self, payload_id: str, waiter_id: str) -> WaiterItem | None:
+        """Strongly consistent read of one task-token waiter row."""
+        row = self.get_row(payload_id, waiter_id)
+        return row if isinstance(row, WaiterItem) else None
+
+    def get_join(self, join_id: str) -> JoinItem | None:
+        """Strongly consistent read of a join's own row."""
+        row = self.get_row(join_partition_for(join_id), JOIN_ROW_KEY)
+        return row if isinstance(row, JoinItem) else None
+
+    def rows(self, payload_id: str) -> Iterator[Row]:
+        """Every row under a payload: task-token waiters and join memberships."""
+        for page in self._pages(payload_id, only_pending=False):
+            yield from (row_from_item(item) for item in page)
 
     def waiters(self, payload_id: str) -> Iterator[WaiterItem]:
-        """Every waiter row of a payload (strongly consistent, paginated)."""
-        for page in self._pages(payload_id, only_pending=False):
-            yield from (WaiterItem.from_item(item) for item in page)
+        """The task-token waiter rows of a payload (strongly consistent, paginated)."""
+        for row in self.rows(payload_id):
+            if isinstance(row, WaiterItem):
+                yield row
 
     def pending_ids(self, payload_id: str) -> Iterator[list[str]]:
         """Pages of waiter ids of a payload that are still ``PROCESSING``."""
@@ -114,6 +142,73 @@ class DependencyTable:
             for page in self.pending_ids(payload_id):
                 resolved += sum(pool.map(resolve, page) if len(page) > 1 else map(resolve, page))
         return resolved
+
+    def record_member(self, join_id: str, member: str, resolution: Resolution) -> JoinItem | None:
+        """Add a member's outcome to its join (idempotent ``ADD``); None if the join is gone."""
+        now = utcnow()
+        plain: dict[str, object] = {"member": {member}, "now": now}
+        names: dict[str, str] = {}
+        if resolution.state is PayloadState.SUCCEEDED:
+            expression = "ADD succeeded :member SET updated_at = :now"
+        else:
+            expression = "ADD failed :member SET updated_at = :now, failures.#member = :failure"
+            names["#member"] = member
+            plain["failure"] = {"state": resolution.state.value, "error": resolution.error}
+        extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
+        try:
+            response = self._client.update_item(
+                TableName=self.table_name,
+                Key=_key(join_partition_for(join_id), JOIN_ROW_KEY),
+                UpdateExpression=expression,
+                ConditionExpression="attribute_exists(quorum)",
+                ExpressionAttributeValues=values(**plain),
+                ReturnValues="ALL_NEW",
+                **extra,
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return None
+            raise
+        return JoinItem.from_item(response["Attributes"])
+
+    def decide_join(
+        self,
+        join_id: str,
+        state: PayloadState,
+        *,
+        error: DependencyError | None = None,
+        winner: str | None = None,
+    ) -> bool:
+        """Turn a join terminal, once; False if it already was (it fires only once)."""
+        sets = ["workflow_state = :state", "resolved_at = :now", "updated_at = :now"]
+        plain: dict[str, object] = {
+            "state": state.value,
+            "now": utcnow(),
+            "processing": PayloadState.PROCESSING.value,
+        }
+        names: dict[str, str] = {}
+        if error is not None:
+            sets.append("#error = :error")
+            names["#error"] = "error"
+            plain["error"] = error.value
+        if winner is not None:
+            sets.append("winner = :winner")
+            plain["winner"] = winner
+        extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=_key(join_partition_for(join_id), JOIN_ROW_KEY),
+                UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression="workflow_state = :processing",
+                ExpressionAttributeValues=values(**plain),
+                **extra,
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True
 
     def mark_notified(
         self, payload_id: str, waiter_id: str, *, outcome: str, retention_days: int
