@@ -3,14 +3,55 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import threading
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from dependency_tracker.local.pumps import Handler, Pump
 
 _log = logging.getLogger(__name__)
+
+
+class ThreadRoutedStdout(io.TextIOBase):
+    """``sys.stdout`` stand-in: writes from handler invocations go to a sink.
+
+    ``contextlib.redirect_stdout`` swaps stdout for every thread, so the
+    caller's own prints would vanish into the sink while a pump runs a
+    handler; this routes by thread instead.
+    """
+
+    def __init__(self, original: IO[str], sink: IO[str]) -> None:
+        self.original = original
+        self._sink = sink
+        self._local = threading.local()
+
+    @contextlib.contextmanager
+    def routed(self) -> Iterator[None]:
+        """Send this thread's writes to the sink for the duration."""
+        self._local.active = True
+        try:
+            yield
+        finally:
+            self._local.active = False
+
+    def _target(self) -> IO[str]:
+        return self._sink if getattr(self._local, "active", False) else self.original
+
+    def write(self, text: str) -> int:
+        """Write to the sink or the original stdout, by thread."""
+        return self._target().write(text)
+
+    def flush(self) -> None:
+        """Flush the stream this thread writes to."""
+        self._target().flush()
+
+    def writable(self) -> bool:
+        """Always writable."""
+        return True
 
 
 class Invoker:
@@ -22,18 +63,18 @@ class Invoker:
     invocations are serialized to keep that contract.
     """
 
-    def __init__(self, sink: IO[str] | None = None) -> None:
+    def __init__(self, stdout: ThreadRoutedStdout | None = None) -> None:
         self._lock = threading.Lock()
-        self._sink = sink
+        self._stdout = stdout
 
     def wrap(self, handler: Handler) -> Handler:
         """``handler`` guarded by the invocation lock."""
 
         def invoke(event: dict[str, Any], context: Any) -> Any:
             with self._lock:
-                if self._sink is None:
+                if self._stdout is None:
                     return handler(event, context)
-                with contextlib.redirect_stdout(self._sink):
+                with self._stdout.routed():
                     return handler(event, context)
 
         return invoke

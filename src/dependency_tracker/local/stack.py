@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from typing import IO, TYPE_CHECKING, Any, Self
 
 import boto3
@@ -13,7 +14,7 @@ from moto import mock_aws
 from dependency_tracker import clients, definitions, settings
 from dependency_tracker.handlers import callback, process, update_state
 from dependency_tracker.local.pumps import ExecutionPump, SqsPump, StreamPump
-from dependency_tracker.local.runner import Invoker, PumpRunner
+from dependency_tracker.local.runner import Invoker, PumpRunner, ThreadRoutedStdout
 from dependency_tracker.observability import logger
 from dependency_tracker.stores.schema import create_tables
 
@@ -72,6 +73,7 @@ class LocalStack:
         self._saved_log_level: int | None = None
         self._saved_log_stream: IO[str] | None = None
         self._moto_log_handler: logging.Handler | None = None
+        self._stdout: ThreadRoutedStdout | None = None
         self._runner: PumpRunner | None = None
         self.outputs: dict[str, Any] = {}
         self.pumps: dict[str, SqsPump | ExecutionPump | StreamPump] = {}
@@ -112,6 +114,8 @@ class LocalStack:
             self._saved_log_level = logger.log_level
             logger.setLevel(self._log_level)
         if self._sink is not None:
+            self._stdout = ThreadRoutedStdout(sys.stdout, self._sink)
+            sys.stdout = self._stdout
             self._saved_log_stream = _log_handler(logger).setStream(self._sink)
             # moto's interpreter logs expected failures (timeouts) at ERROR.
             self._moto_log_handler = logging.StreamHandler(self._sink)
@@ -138,6 +142,10 @@ class LocalStack:
         if self._saved_log_stream is not None:
             _log_handler(logger).setStream(self._saved_log_stream)
             self._saved_log_stream = None
+        if self._stdout is not None:
+            if sys.stdout is self._stdout:
+                sys.stdout = self._stdout.original
+            self._stdout = None
         if self._moto_log_handler is not None:
             _MOTO_SFN_LOGGER.removeHandler(self._moto_log_handler)
             _MOTO_SFN_LOGGER.propagate = True
@@ -249,7 +257,7 @@ class LocalStack:
         }
 
     def _start_pumps(self) -> None:
-        invoker = Invoker(self._sink)
+        invoker = Invoker(self._stdout)
         self.pumps = {
             "sqs": SqsPump(
                 sqs=self.client("sqs"),

@@ -147,23 +147,22 @@ class DependencyTable:
         """Add a member's outcome to its join (idempotent ``ADD``); None if the join is gone."""
         now = utcnow()
         plain: dict[str, object] = {"member": {member}, "now": now}
-        names: dict[str, str] = {}
+        names: dict[str, str] = {"#quorum": "quorum"}  # a reserved word
         if resolution.state is PayloadState.SUCCEEDED:
             expression = "ADD succeeded :member SET updated_at = :now"
         else:
             expression = "ADD failed :member SET updated_at = :now, failures.#member = :failure"
             names["#member"] = member
             plain["failure"] = {"state": resolution.state.value, "error": resolution.error}
-        extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
         try:
             response = self._client.update_item(
                 TableName=self.table_name,
                 Key=_key(join_partition_for(join_id), JOIN_ROW_KEY),
                 UpdateExpression=expression,
-                ConditionExpression="attribute_exists(quorum)",
+                ConditionExpression="attribute_exists(#quorum)",
+                ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values(**plain),
                 ReturnValues="ALL_NEW",
-                **extra,
             )
         except ClientError as exc:
             if is_conditional_failure(exc):
