@@ -20,6 +20,7 @@ import pytest
 from dependency_tracker import naming
 from dependency_tracker.flows import ProcessFlow, UpdateStateFlow
 from dependency_tracker.models import (
+    JoinMessage,
     PayloadState,
     ProcessMessage,
     ProcessPayload,
@@ -205,3 +206,38 @@ def test_random_interleavings_of_two_waiters_and_update_state(
         assert item.attempt <= 2, "two waiters must not start two re-runs"
         traces.add(tuple(run.trace))
     assert len(traces) > 20
+
+
+@pytest.mark.parametrize("final", list(STATUS))
+def test_every_interleaving_of_a_join_registration_and_update_state(
+    aws: Aws, harness: Harness, final: PayloadState
+) -> None:
+    # The join writes its membership rows before it reads the members' states:
+    # the same rule, through BatchGetItem.
+    def run_one(prefix: Sequence[str]) -> Run:
+        model, change = prepare(aws, PayloadState.PROCESSING)
+        body = {
+            "join": {"task_token": f"join-{model.id}"},
+            "payloads": [model.model_dump(mode="json")],
+        }
+        joined = JoinMessage.model_validate({"join": body["join"], "payloads": body["payloads"]})
+        flows = {
+            "process": lambda: harness.process_flow("process").handle(joined),
+            "update": lambda: harness.update_flow("update").handle(ending(change, final)),
+        }
+        run = harness.run(flows, prefix)
+        assert run.errors == {}, (run.calls, run.errors)
+        item = aws.states.get(model.id)
+        assert item is not None
+        (membership,) = [
+            r for r in aws.dependencies.rows(model.id) if r.waiter_id.startswith("join#")
+        ]
+        if membership.workflow_state is PayloadState.PROCESSING:
+            assert final.reruns
+            assert item.state in {PayloadState.CLAIMED, PayloadState.PROCESSING}
+        else:
+            assert membership.workflow_state is final
+        return run
+
+    runs = list(explore(run_one))
+    assert len(runs) >= 10
