@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from dependency_tracker.models import PayloadState
 
 PARENT_WORKFLOW = "wait-for-dependencies"
+JOIN_WORKFLOW = "wait-for-join"
 CHILD_WORKFLOW = "simulate"
 COLLECTION = "demo"
 POLL_SECONDS = 0.2
@@ -59,6 +60,18 @@ class Parent:
     timeout_seconds: int = 60
     start_after: float = 0.0
     expected_error: str | None = None  # None: the parent should succeed
+    quorum: int | None = None  # with join=True: k of n (None: all)
+    join: bool = False  # one token for all (wait-for-join) instead of one per dependency
+    expected_pending: tuple[str, ...] = ()  # join members still running when it fires
+    expected_winner: str | None = None  # either-or joins
+    # Locally one handler runs at a time, and registering a 200-member join takes
+    # moto ~15 s; running it last keeps the other cases' timing honest.
+    after_others: bool = False
+
+    @property
+    def workflow(self) -> str:
+        """The parent state machine this parent runs."""
+        return JOIN_WORKFLOW if self.join else PARENT_WORKFLOW
 
 
 @dataclass
@@ -78,8 +91,13 @@ class Scenario:
         return list(seen.values())
 
 
-def build_scenario(*, parents: int = 4, dependencies: int = 3, seed: int = 7) -> Scenario:
-    """The fixed cases every demo shows, plus ``parents`` random ones that share a pool."""
+def build_scenario(
+    *, parents: int = 4, dependencies: int = 3, seed: int = 7, join_members: int = 200
+) -> Scenario:
+    """The fixed cases every demo shows, plus ``parents`` random ones that share a pool.
+
+    ``join_members`` sizes the all-of join (0 leaves it out).
+    """
     done = Dependency("already-done")
     shared_a = Dependency("shared-a", seconds=2)
     shared_b = Dependency("shared-b", seconds=1)
@@ -108,6 +126,47 @@ def build_scenario(*, parents: int = 4, dependencies: int = 3, seed: int = 7) ->
             expected_error="DependencyTimedOut",
         ),
     ]
+    slow_member = Dependency("q-slow", seconds=6)
+    cases += [
+        Parent(
+            "quorum-2of3",
+            (Dependency("q-fast-1"), Dependency("q-fast-2", seconds=1), slow_member),
+            "join, 2 of 3: exits early while q-slow runs",
+            join=True,
+            quorum=2,
+            expected_pending=(slow_member.item,),
+        ),
+        Parent(
+            "quorum-fails",
+            (
+                Dependency("q-broken", outcome="fail"),
+                Dependency("q-rejected", outcome="invalid"),
+                Dependency("q-slow-2", seconds=6),
+            ),
+            "join, 2 of 3: fails as soon as two failed",
+            join=True,
+            quorum=2,
+            expected_error="QuorumUnreachable",
+        ),
+        Parent(
+            "either-or",
+            (Dependency("e-slow", seconds=3), Dependency("e-fast")),
+            "join, 1 of 2: names its winner",
+            join=True,
+            quorum=1,
+            expected_winner="e-fast",
+        ),
+    ]
+    if join_members:
+        cases.append(
+            Parent(
+                f"all-of-{join_members}",
+                tuple(Dependency(f"all-{index:03d}") for index in range(join_members)),
+                f"join over {join_members} members, one token (runs last)",
+                join=True,
+                after_others=True,
+            )
+        )
     rng = random.Random(seed)  # noqa: S311  (a reproducible demo, not cryptography)
     pool = [
         Dependency(f"pool-{index:02d}", seconds=rng.randint(0, 2))
@@ -172,53 +231,82 @@ def run_scenario(
     scenario: Scenario,
     *,
     on_progress: Callable[[Snapshot], None] | None = None,
-    deadline_seconds: float = 60.0,
+    deadline_seconds: float = 120.0,
 ) -> Report:
     """Run ``scenario`` on a started stack and check every outcome."""
-    sfn = stack.client("stepfunctions")
-    sqs = stack.client("sqs")
-    dynamodb = stack.client("dynamodb")
-    state_table = StateTable(dynamodb, stack.outputs["StateTableName"])
-    dependency_table = DependencyTable(dynamodb, stack.outputs["DependencyTableName"])
-    started = time.monotonic()
-    statuses = [ParentStatus(parent) for parent in scenario.parents]
+    return _Run(stack, scenario, on_progress, deadline_seconds).run()
 
-    def snapshot() -> Snapshot:
-        items = state_table.batch_get(d.payload_id for d in scenario.dependencies)
-        snap = Snapshot(elapsed=time.monotonic() - started, parents=statuses)
-        for dependency in scenario.dependencies:
+
+class _Run:
+    """One run of a scenario: publish, start parents, poll until all stopped."""
+
+    def __init__(
+        self,
+        stack: LocalStack,
+        scenario: Scenario,
+        on_progress: Callable[[Snapshot], None] | None,
+        deadline_seconds: float,
+    ) -> None:
+        self.stack = stack
+        self.scenario = scenario
+        self.on_progress = on_progress
+        self.deadline_seconds = deadline_seconds
+        self.sfn = stack.client("stepfunctions")
+        dynamodb = stack.client("dynamodb")
+        self.states = StateTable(dynamodb, stack.outputs["StateTableName"])
+        self.dependencies = DependencyTable(dynamodb, stack.outputs["DependencyTableName"])
+        self.statuses = [ParentStatus(parent) for parent in scenario.parents]
+        self.started = time.monotonic()
+
+    def run(self) -> Report:
+        # Dependencies that finish before anyone waits on them.
+        sqs = self.stack.client("sqs")
+        for dependency in self.scenario.finished_before:
+            sqs.send_message(
+                QueueUrl=self.stack.outputs["ProcessQueueUrl"],
+                MessageBody=json.dumps(dependency.payload()),
+            )
+        self._wait_for(self._finished_before_done)
+        phase = time.monotonic()
+        self._wait_for(
+            lambda: all(status.done for status in self.statuses),
+            lambda: self._start_or_poll(time.monotonic() - phase),
+        )
+        final = self.snapshot()
+        for dependency in self.scenario.dependencies:
+            rows = self.dependencies.rows(dependency.payload_id)
+            final.waiters[dependency.item] = len(list(rows))
+        return Report(snapshot=final, problems=_problems(self.scenario, final))
+
+    def snapshot(self) -> Snapshot:
+        items = self.states.batch_get(d.payload_id for d in self.scenario.dependencies)
+        snap = Snapshot(elapsed=time.monotonic() - self.started, parents=self.statuses)
+        for dependency in self.scenario.dependencies:
             item = items.get(dependency.payload_id)
             snap.states[dependency.item] = None if item is None else item.state
             snap.executions[dependency.item] = 0 if item is None else len(item.executions)
         return snap
 
-    # Dependencies that finish before anyone waits on them.
-    for dependency in scenario.finished_before:
-        sqs.send_message(
-            QueueUrl=stack.outputs["ProcessQueueUrl"], MessageBody=json.dumps(dependency.payload())
+    def _finished_before_done(self) -> bool:
+        return all(
+            (item := self.states.get(d.payload_id)) is not None and item.state.is_terminal
+            for d in self.scenario.finished_before
         )
-    while not all(
-        (item := state_table.get(d.payload_id)) is not None and item.state.is_terminal
-        for d in scenario.finished_before
-    ):
-        _check_deadline(started, deadline_seconds)
-        if on_progress:
-            on_progress(snapshot())
-        time.sleep(POLL_SECONDS)
 
-    phase = time.monotonic()
-    while not all(status.done for status in statuses):
-        _check_deadline(started, deadline_seconds)
-        for status in statuses:
-            _advance(sfn, stack, status, time.monotonic() - phase)
-        if on_progress:
-            on_progress(snapshot())
-        time.sleep(POLL_SECONDS)
+    def _start_or_poll(self, since_start: float) -> None:
+        others_done = all(s.done for s in self.statuses if not s.parent.after_others)
+        for status in self.statuses:
+            if others_done or not status.parent.after_others:
+                _advance(self.sfn, self.stack, status, since_start)
 
-    final = snapshot()
-    for dependency in scenario.dependencies:
-        final.waiters[dependency.item] = len(list(dependency_table.waiters(dependency.payload_id)))
-    return Report(snapshot=final, problems=_problems(scenario, final))
+    def _wait_for(self, done: Callable[[], bool], step: Callable[[], None] | None = None) -> None:
+        while not done():
+            _check_deadline(self.started, self.deadline_seconds)
+            if step:
+                step()
+            if self.on_progress:
+                self.on_progress(self.snapshot())
+            time.sleep(POLL_SECONDS)
 
 
 def _advance(sfn: Any, stack: LocalStack, status: ParentStatus, since_start: float) -> None:
@@ -226,16 +314,17 @@ def _advance(sfn: Any, stack: LocalStack, status: ParentStatus, since_start: flo
     if status.execution_arn is None:
         if since_start < parent.start_after:
             return
+        body: dict[str, Any] = {
+            "payload_id": f"{COLLECTION}/workflow-{parent.workflow}/{parent.name}",
+            "dependencies": [d.payload() for d in parent.dependencies],
+            "timeout_seconds": parent.timeout_seconds,
+        }
+        if parent.join:
+            body["quorum"] = parent.quorum
         response = sfn.start_execution(
-            stateMachineArn=stack.outputs["StateMachines"][PARENT_WORKFLOW],
+            stateMachineArn=stack.outputs["StateMachines"][parent.workflow],
             name=f"demo-{parent.name}",
-            input=json.dumps(
-                {
-                    "payload_id": f"{COLLECTION}/workflow-{PARENT_WORKFLOW}/{parent.name}",
-                    "dependencies": [d.payload() for d in parent.dependencies],
-                    "timeout_seconds": parent.timeout_seconds,
-                }
-            ),
+            input=json.dumps(body),
         )
         status.execution_arn = response["executionArn"]
         status.status = "RUNNING"
@@ -261,11 +350,29 @@ def _problems(scenario: Scenario, final: Snapshot) -> list[str]:
     for item, count in final.executions.items():
         if count != 1:
             problems.append(f"dependency {item}: {count} executions, expected exactly 1")
+    for status in final.parents:
+        problems.extend(_join_problems(status))
     replay = next((s for s in final.parents if s.parent.name == "replay"), None)
     if replay is not None and replay.output is not None:
         replayed = {d["payload_id"]: d["replayed"] for d in replay.output["dependencies"]}
         if replayed.get(Dependency("already-done").payload_id) is not True:
             problems.append("parent replay: already-done was not replayed from the stored result")
+    return problems
+
+
+def _join_problems(status: ParentStatus) -> list[str]:
+    parent = status.parent
+    if not parent.join or status.status != "SUCCEEDED" or status.output is None:
+        return []
+    summary = status.output["join"]
+    problems = []
+    pending = {Dependency(item).payload_id for item in parent.expected_pending}
+    if not pending <= set(summary["pending"]):
+        problems.append(f"parent {parent.name}: did not exit before {sorted(pending)} finished")
+    if parent.expected_winner is not None:
+        wanted = Dependency(parent.expected_winner).payload_id
+        if summary.get("winner") != wanted:
+            problems.append(f"parent {parent.name}: winner {summary.get('winner')}, not {wanted}")
     return problems
 
 

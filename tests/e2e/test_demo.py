@@ -11,7 +11,9 @@ pytestmark = pytest.mark.e2e
 
 
 def test_demo_runs_every_case_and_exits_zero() -> None:
-    result = CliRunner().invoke(app, ["demo", "--parents", "2", "--no-live"])
+    result = CliRunner().invoke(
+        app, ["demo", "--parents", "2", "--join-members", "20", "--no-live"]
+    )
     assert result.exit_code == 0, result.output
     assert "every parent ended as expected" in result.output
     for parent in ("share-1", "late", "replay", "fails", "invalid", "impatient", "random-2"):

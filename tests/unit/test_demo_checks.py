@@ -9,10 +9,33 @@ from dependency_tracker.models import PayloadState
 def test_scenario_covers_every_case() -> None:
     scenario = build_scenario(parents=3, dependencies=2, seed=1)
     errors = {parent.expected_error for parent in scenario.parents}
-    assert errors == {None, "DependencyFailed", "DependencyInvalid", "DependencyTimedOut"}
+    assert errors == {
+        None,
+        "DependencyFailed",
+        "DependencyInvalid",
+        "DependencyTimedOut",
+        "QuorumUnreachable",
+    }
+    joins = [parent for parent in scenario.parents if parent.join]
+    assert {parent.quorum for parent in joins} == {None, 1, 2}
+    assert max(len(parent.dependencies) for parent in joins) == 200
     assert any(parent.start_after > 0 for parent in scenario.parents)
     assert scenario.finished_before
     assert build_scenario(parents=3, dependencies=2, seed=1) == scenario
+
+
+def test_a_join_that_waited_too_long_or_named_another_winner_is_a_problem() -> None:
+    scenario = build_scenario(parents=0, dependencies=1, join_members=0)
+    quorum = next(p for p in scenario.parents if p.name == "quorum-2of3")
+    either = next(p for p in scenario.parents if p.name == "either-or")
+    late = ParentStatus(quorum, status="SUCCEEDED", output={"join": {"pending": []}})
+    wrong = ParentStatus(
+        either, status="SUCCEEDED", output={"join": {"pending": [], "winner": "x"}}
+    )
+    snap = Snapshot(elapsed=1.0, parents=[late, wrong])
+    problems = _problems(scenario, snap)
+    assert any("quorum-2of3: did not exit before" in p for p in problems)
+    assert any("either-or: winner x" in p for p in problems)
 
 
 def test_wrong_outcomes_and_double_executions_are_problems() -> None:

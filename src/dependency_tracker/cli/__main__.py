@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +15,14 @@ from rich.live import Live
 from rich.table import Table
 
 from dependency_tracker import __version__
-from dependency_tracker.demo import Report, Scenario, Snapshot, build_scenario, run_scenario
+from dependency_tracker.demo import (
+    ParentStatus,
+    Report,
+    Scenario,
+    Snapshot,
+    build_scenario,
+    run_scenario,
+)
 
 app = typer.Typer(
     name="dependency-tracker",
@@ -51,6 +59,9 @@ def demo(
         int, typer.Option(min=1, max=10, help="Dependencies per random parent.")
     ] = 3,
     seed: Annotated[int, typer.Option(help="Seed of the random parents.")] = 7,
+    join_members: Annotated[
+        int, typer.Option(min=0, max=1000, help="Members of the all-of join (0 leaves it out).")
+    ] = 200,
     live: Annotated[bool, typer.Option(help="Show a live display while it runs.")] = True,
 ) -> None:
     """Run the whole system on the embedded stack and show what every parent did."""
@@ -59,7 +70,9 @@ def demo(
     console = Console(file=sys.stdout)
     if not console.is_terminal:
         console.width = max(console.width, 140)
-    scenario = build_scenario(parents=parents, dependencies=dependencies, seed=seed)
+    scenario = build_scenario(
+        parents=parents, dependencies=dependencies, seed=seed, join_members=join_members
+    )
     log_path = Path(tempfile.gettempdir()) / "dependency-tracker-demo.log"
     console.print(
         f"[bold]dependency-tracker demo[/]: {len(scenario.parents)} parents, "
@@ -97,12 +110,39 @@ def _progress(scenario: Scenario, snap: Snapshot) -> Group:
     for column in ("parent", "waits on", "status", "waited"):
         parents.add_column(column)
     for status in snap.parents:
-        waits = ", ".join(
-            f"{d.item}:{_styled(_state_name(snap, d.item))}" for d in status.parent.dependencies
-        )
         waited = "" if status.waited is None else f"{status.waited:.1f} s"
-        parents.add_row(status.parent.name, waits, _styled(status.status), waited)
+        parents.add_row(
+            status.parent.name, _waits(snap, status, ":"), _styled(status.status), waited
+        )
     return Group(parents, _dependencies(scenario, snap, final=False))
+
+
+MAX_LISTED = 6
+
+
+def _waits(snap: Snapshot, status: ParentStatus, separator: str = " ") -> str:
+    dependencies = status.parent.dependencies
+    if len(dependencies) > MAX_LISTED:
+        counts = Counter(_state_name(snap, d.item) or "PENDING" for d in dependencies)
+        states = ", ".join(f"{count} {_styled(state)}" for state, count in sorted(counts.items()))
+        return f"{len(dependencies)} members: {states}"
+    return ", ".join(
+        f"{d.item}{separator}{_styled(_state_name(snap, d.item))}" for d in dependencies
+    )
+
+
+def _did(status: ParentStatus) -> str:
+    if status.status != "SUCCEEDED":
+        return f"[red]took Catch, failed {status.error}[/]"
+    if not status.parent.join or status.output is None:
+        return "[green]resumed, SUCCEEDED[/]"
+    summary = status.output["join"]
+    did = f"resumed: {len(summary['succeeded'])}/{summary['total']} succeeded"
+    if summary.get("winner"):
+        did += f", winner {summary['winner'].rsplit('/', 1)[-1]}"
+    if summary["pending"]:
+        did += f", {len(summary['pending'])} still running"
+    return f"[green]{did}[/]"
 
 
 def _state_name(snap: Snapshot, item: str) -> str | None:
@@ -116,16 +156,11 @@ def _final_table(scenario: Scenario, report: Report) -> Group:
     for column in ("parent", "story", "waited on", "parent did", "waited", "ok"):
         parents.add_column(column)
     for status in snap.parents:
-        waits = ", ".join(
-            f"{d.item} {_styled(_state_name(snap, d.item))}" for d in status.parent.dependencies
-        )
-        if status.status == "SUCCEEDED":
-            did = "[green]resumed, SUCCEEDED[/]"
-        else:
-            did = f"[red]took Catch, failed {status.error}[/]"
         waited = "" if status.waited is None else f"{status.waited:.1f} s"
         ok = "[green]✓[/]" if status.as_expected else "[red]✗[/]"
-        parents.add_row(status.parent.name, status.parent.story, waits, did, waited, ok)
+        parents.add_row(
+            status.parent.name, status.parent.story, _waits(snap, status), _did(status), waited, ok
+        )
     return Group(parents, _dependencies(scenario, snap, final=True))
 
 
@@ -135,7 +170,13 @@ def _dependencies(scenario: Scenario, snap: Snapshot, *, final: bool) -> Table:
         table.add_column(column)
     if final:
         table.add_column("waiters")
-    for dependency in scenario.dependencies:
+    listed = [
+        d
+        for d in scenario.dependencies
+        if any(d in p.dependencies and len(p.dependencies) <= MAX_LISTED for p in scenario.parents)
+        or d in scenario.finished_before
+    ]
+    for dependency in listed:
         row = [
             dependency.item,
             _styled(_state_name(snap, dependency.item)),

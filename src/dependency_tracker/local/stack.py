@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+import warnings
 from typing import IO, TYPE_CHECKING, Any, Self
 
 import boto3
@@ -108,6 +109,9 @@ class LocalStack:
         )
         # Clients and flows built before now point at other resources.
         _reset_caches()
+        # A handler that had nothing to count (a filtered-out record) makes
+        # Powertools warn on every invocation; in Lambda that is a log line.
+        warnings.filterwarnings("ignore", message="No application metrics to publish")
         self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
         self._mock.start()
         if self._log_level is not None:

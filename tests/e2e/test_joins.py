@@ -1,0 +1,118 @@
+"""Quorum, either-or and all-of waits with one token, through the real wait-for-join."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from dependency_tracker.models import PayloadState
+from tests.conftest import wait_until
+from tests.e2e.conftest import dependency, dependency_id, finished, state_of, waiters
+
+if TYPE_CHECKING:
+    from dependency_tracker.local import LocalStack
+
+pytestmark = pytest.mark.e2e
+
+JOIN = "wait-for-join"
+
+
+def start_join(stack: LocalStack, name: str, members: list[dict[str, Any]], **fields: Any) -> str:
+    response = stack.client("stepfunctions").start_execution(
+        stateMachineArn=stack.outputs["StateMachines"][JOIN],
+        name=name,
+        input=json.dumps({"dependencies": members, **fields}),
+    )
+    return str(response["executionArn"])
+
+
+def history_events(stack: LocalStack, execution_arn: str) -> int:
+    sfn = stack.client("stepfunctions")
+    pages = sfn.get_paginator("get_execution_history").paginate(executionArn=execution_arn)
+    return sum(len(page["events"]) for page in pages)
+
+
+def test_quorum_exits_early_while_a_member_still_runs(stack: LocalStack) -> None:
+    members = [dependency("jq-1"), dependency("jq-2"), dependency("jq-slow", seconds=4)]
+    described = finished(stack, start_join(stack, "quorum-early", members, quorum=2))
+    # THEN the parent resumed with 2 of 3 while the slow member was still running
+    assert described["status"] == "SUCCEEDED"
+    summary = json.loads(described["output"])["join"]
+    assert summary["succeeded"] == [dependency_id("jq-1"), dependency_id("jq-2")]
+    assert summary["pending"] == [dependency_id("jq-slow")]
+    assert (summary["quorum"], summary["total"], summary["failed"]) == (2, 3, [])
+    assert "winner" not in summary
+    slow = state_of(stack, dependency_id("jq-slow"))
+    assert slow is not None
+    assert slow.state is PayloadState.PROCESSING
+    # AND its later result is recorded on the join without firing it again
+    join_id = summary["join_id"]
+    dependencies = waiters(stack)
+
+    def recorded() -> bool:
+        row = dependencies.get_join(join_id)
+        return row is not None and dependency_id("jq-slow") in row.succeeded
+
+    wait_until(recorded, timeout=30)
+    row = dependencies.get_join(join_id)
+    assert row is not None
+    assert row.notify_outcome == "SENT:SUCCEEDED"
+
+
+def test_quorum_unreachable_fails_early(stack: LocalStack) -> None:
+    members = [
+        dependency("ju-1", outcome="fail"),
+        dependency("ju-2", outcome="invalid"),
+        dependency("ju-slow", seconds=4),
+    ]
+    described = finished(stack, start_join(stack, "quorum-unreachable", members, quorum=2))
+    assert (described["status"], described["error"]) == ("FAILED", "QuorumUnreachable")
+    slow = state_of(stack, dependency_id("ju-slow"))
+    assert slow is not None
+    assert slow.state is PayloadState.PROCESSING
+
+
+def test_either_or_names_the_winner(stack: LocalStack) -> None:
+    members = [dependency("je-slow", seconds=3), dependency("je-fast")]
+    described = finished(stack, start_join(stack, "either", members, quorum=1))
+    summary = json.loads(described["output"])["join"]
+    assert summary["winner"] == dependency_id("je-fast")
+    assert summary["pending"] == [dependency_id("je-slow")]
+
+
+def test_all_of_two_hundred_members_in_one_parent(stack: LocalStack) -> None:
+    members = [dependency(f"ja-{index:03d}") for index in range(200)]
+    parent = start_join(stack, "all-200", members)
+    described = finished(stack, parent, timeout=120)
+    assert described["status"] == "SUCCEEDED"
+    summary = json.loads(described["output"])["join"]
+    assert (summary["quorum"], summary["total"], len(summary["succeeded"])) == (200, 200, 200)
+    assert summary["pending"] == []
+    # one token: the parent's history does not grow with n
+    assert history_events(stack, parent) < 20
+
+
+def test_timeout_then_the_summary_says_who_finished(stack: LocalStack) -> None:
+    members = [dependency("jt-fast"), dependency("jt-slow", seconds=5)]
+    described = finished(stack, start_join(stack, "join-timeout", members, timeout_seconds=2))
+    assert (described["status"], described["error"]) == ("FAILED", "DependencyTimedOut")
+    row = json.loads(described["cause"])
+    assert row["succeeded"] == {"SS": [dependency_id("jt-fast")]}
+    assert row["total"] == {"N": "2"}
+
+
+def test_map_pattern_history_grows_with_n_and_the_join_does_not(stack: LocalStack) -> None:
+    members = [dependency(f"jh-{index}") for index in range(10)]
+    sfn = stack.client("stepfunctions")
+    map_parent = sfn.start_execution(
+        stateMachineArn=stack.outputs["StateMachines"]["wait-for-dependencies"],
+        name="history-map",
+        input=json.dumps({"dependencies": members}),
+    )["executionArn"]
+    join_parent = start_join(stack, "history-join", members)
+    for arn in (map_parent, join_parent):
+        assert finished(stack, arn)["status"] == "SUCCEEDED"
+    assert history_events(stack, join_parent) < 20
+    assert history_events(stack, map_parent) >= 80
