@@ -22,6 +22,7 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/cfn-lint template.yaml
 	$(BIN)/python -c 'import json, pathlib, sys; [json.loads(p.read_text()) for p in pathlib.Path("stepfunctions").glob("*.asl.json")]'
 
 format: venv

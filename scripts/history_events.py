@@ -16,6 +16,7 @@ from dependency_tracker.local import LocalStack
 
 
 def dependency(tag: str, index: int) -> dict[str, Any]:
+    """A payload for the ``simulate`` child that succeeds at once."""
     return {
         "type": "FeatureCollection",
         "features": [{"type": "Feature", "id": f"{tag}-{index:04d}", "collection": "history"}],
@@ -24,6 +25,7 @@ def dependency(tag: str, index: int) -> dict[str, Any]:
 
 
 def run(stack: LocalStack, machine: str, name: str, body: dict[str, Any]) -> tuple[int, float]:
+    """Run one parent to the end; its history event count and wall time."""
     sfn = stack.client("stepfunctions")
     started = time.monotonic()
     arn = sfn.start_execution(
@@ -44,6 +46,7 @@ def run(stack: LocalStack, machine: str, name: str, body: dict[str, Any]) -> tup
 
 
 def main(sizes: list[int]) -> None:
+    """Measure each size with both patterns and print a Markdown table."""
     rows = []
     with LocalStack(sink=io.StringIO(), default_max_concurrency=1000) as stack:
         for n in sizes:
@@ -60,8 +63,15 @@ def main(sizes: list[int]) -> None:
                 {"dependencies": [dependency(f"join{n}", i) for i in range(n)]},
             )
             rows.append((n, map_events, join_events, map_s, join_s))
-            print(f"n={n}: map {map_events} events ({map_s:.1f} s), join {join_events} events ({join_s:.1f} s)", file=sys.stderr)  # noqa: E501
-    print("| n | Map pattern: history events | join: history events | Map wall time | join wall time |")
+            print(
+                f"n={n}: map {map_events} events ({map_s:.1f} s), "
+                f"join {join_events} events ({join_s:.1f} s)",
+                file=sys.stderr,
+            )
+    print(
+        "| n | Map pattern: history events | join: history events "
+        "| Map wall time | join wall time |"
+    )
     print("|---:|---:|---:|---:|---:|")
     for n, map_events, join_events, map_s, join_s in rows:
         print(f"| {n} | {map_events} | {join_events} | {map_s:.1f} s | {join_s:.1f} s |")

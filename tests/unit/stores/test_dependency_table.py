@@ -77,6 +77,7 @@ def test_resolve_all_pages_through_pending_waiters(aws: Aws) -> None:
 
 
 def test_mark_notified_sets_ttl_once(aws: Aws) -> None:
+    before = datetime.now(UTC)
     row = waiter("p", "t1")
     aws.dependencies.register(row)
     assert aws.dependencies.mark_notified("p", row.waiter_id, outcome="SENT", retention_days=2)
@@ -86,7 +87,7 @@ def test_mark_notified_sets_ttl_once(aws: Aws) -> None:
     assert stored.notify_outcome == "SENT"
     assert stored.notified_at is not None
     assert stored.expiration_time is not None
-    expected = NOW.timestamp() + 2 * 86400
+    expected = before.timestamp() + 2 * 86400
     assert abs(stored.expiration_time - expected) < 120
 
 

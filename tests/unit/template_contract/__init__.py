@@ -1,0 +1,1 @@
+"""Helpers for the contract tests between ``template.yaml`` and the code it deploys."""

@@ -1,0 +1,949 @@
+"""Contract tests: ``template.yaml`` against the code it deploys, offline.
+
+What a deployment would otherwise find out late: handler paths that do not
+import, settings a function lacks, ``${...}`` placeholders without a
+substitution, definitions that do not parse, IAM statements that miss (or
+exceed) the calls the code makes, and event filters that differ from the ones
+local mode applies. The template is read with cfn-lint's decoder and its
+intrinsic functions are resolved for one account and region
+(``template_contract.cfn``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.metadata
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from moto import mock_aws
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from dependency_tracker import clients, definitions, observability, settings
+from dependency_tracker.filters import CALLBACK_STREAM_FILTER, matches, update_state_event_pattern
+from dependency_tracker.handlers import callback, process, update_state
+from dependency_tracker.local.context import LocalContext
+from dependency_tracker.local.events import status_change_event
+from dependency_tracker.local.pumps import ExecutionPump, SqsPump, StreamPump
+from dependency_tracker.models import PayloadState, ProcessPayload
+from dependency_tracker.stores import StateTable
+from dependency_tracker.stores import schema as table_schema
+from tests.conftest import load_event, payload, wait_until
+from tests.unit.handlers.conftest import sqs_event
+from tests.unit.template_contract.cfn import (
+    ACCOUNT,
+    LOG_DELIVERY_ACTIONS,
+    REGION,
+    ROOT,
+    TEMPLATE_PATH,
+    Stack,
+    load_template,
+    referenced_ids,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+FUNCTIONS = ("ProcessFunction", "UpdateStateFunction", "CallbackFunction")
+HANDLERS: dict[str, Callable[..., Any]] = {
+    "ProcessFunction": process.lambda_handler,
+    "UpdateStateFunction": update_state.lambda_handler,
+    "CallbackFunction": callback.lambda_handler,
+}
+POWERTOOLS_VARIABLES = {
+    "POWERTOOLS_SERVICE_NAME",
+    "POWERTOOLS_LOG_LEVEL",
+    "POWERTOOLS_METRICS_NAMESPACE",
+}
+# What the public contract (design.md) promises as outputs, plus one ARN per state machine.
+CONTRACT_OUTPUTS = {
+    "ProcessQueueUrl",
+    "ProcessDlqUrl",
+    "StateTableName",
+    "DependencyTableName",
+    "PayloadBucketName",
+    "Prefix",
+    "Region",
+}
+STATE_MACHINE = "AWS::Serverless::StateMachine"
+OTHER_STACK = {"Prefix": "pipeline"}
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    return load_template()
+
+
+@pytest.fixture
+def stack(template: dict[str, Any]) -> Stack:
+    return Stack(template)
+
+
+def setting_variables() -> set[str]:
+    """Every environment variable ``settings.py`` reads (its ``ENV_*`` names)."""
+    return {value for name, value in vars(settings).items() if name.startswith("ENV_")}
+
+
+def environment(stack: Stack, function: str) -> dict[str, str]:
+    variables = stack.resolved_properties(function).get("Environment", {}).get("Variables", {})
+    return {str(name): str(value) for name, value in variables.items()}
+
+
+def event_properties(stack: Stack, function: str, kind: str) -> dict[str, Any]:
+    events = stack.resolved_properties(function)["Events"].values()
+    found = [event["Properties"] for event in events if event["Type"] == kind]
+    assert len(found) == 1, f"{function} needs exactly one {kind} event"
+    properties: dict[str, Any] = found[0]
+    return properties
+
+
+def unresolved_event(stack: Stack, function: str, kind: str) -> dict[str, Any]:
+    events = stack.properties(function)["Events"].values()
+    (found,) = (event["Properties"] for event in events if event["Type"] == kind)
+    properties: dict[str, Any] = found
+    return properties
+
+
+def stream_filter(stack: Stack) -> dict[str, Any]:
+    """The callback mapping's FilterCriteria pattern, parsed."""
+    filters = event_properties(stack, "CallbackFunction", "DynamoDB")["FilterCriteria"]["Filters"]
+    assert len(filters) == 1, "one filter: Lambda ORs several, which would widen it"
+    pattern: dict[str, Any] = json.loads(filters[0]["Pattern"])
+    return pattern
+
+
+def state_machines(stack: Stack) -> dict[str, str]:
+    """Workflow name (the definition file's stem) → logical id of its state machine."""
+    found = {}
+    for logical_id in stack.of_type(STATE_MACHINE):
+        uri = stack.properties(logical_id)["DefinitionUri"]
+        found[str(uri).removeprefix("stepfunctions/").removesuffix(definitions.SUFFIX)] = logical_id
+    return found
+
+
+def rendered_definition(stack: Stack, logical_id: str) -> str:
+    properties = stack.resolved_properties(logical_id)
+    substitutions = {k: str(v) for k, v in properties["DefinitionSubstitutions"].items()}
+    return definitions.render(ROOT / properties["DefinitionUri"], substitutions)
+
+
+# ---------------------------------------------------------------------- template hygiene
+
+
+def test_cfn_lint_reports_no_errors() -> None:
+    from cfnlint.api import lint_file  # noqa: PLC0415  (slow import, only here)
+
+    found = lint_file(TEMPLATE_PATH)
+    errors = [f"{m.rule.id} line {m.linenumber}: {m.message}" for m in found]
+    assert [e for e in errors if e.startswith("E")] == []
+
+
+def test_every_action_is_named_and_star_resources_are_only_log_delivery(stack: Stack) -> None:
+    for logical_id in [*FUNCTIONS, *stack.of_type(STATE_MACHINE)]:
+        for statement in stack.statements(logical_id):
+            assert statement.effect == "Allow"
+            assert not [a for a in statement.actions if "*" in a], (logical_id, statement.sid)
+            if "*" in statement.resources:
+                assert set(statement.actions) <= LOG_DELIVERY_ACTIONS, (logical_id, statement.sid)
+
+
+# ---------------------------------------------------------------------- functions and code
+
+
+def test_handlers_import_from_code_uri_and_need_only_the_runtime_dependencies(
+    stack: Stack,
+) -> None:
+    # GIVEN the handler paths and the folder SAM packages
+    handlers = {f: str(stack.properties(f)["Handler"]) for f in FUNCTIONS}
+    code_uri = {ROOT / str(stack.properties(f)["CodeUri"]) for f in FUNCTIONS}
+    assert len(code_uri) == 1
+    (source,) = code_uri
+    for path in handlers.values():
+        assert (source / path.rpartition(".")[0].replace(".", "/")).with_suffix(".py").is_file()
+    assert handlers == {f: f"{HANDLERS[f].__module__}.{HANDLERS[f].__name__}" for f in FUNCTIONS}, (
+        "the template must deploy the handlers the local stack runs"
+    )
+    # WHEN a fresh interpreter imports them from there, with no tracker settings and
+    # with every installed library that src/requirements.txt does not bring hidden
+    # (as in the Lambda package: no moto, typer, rich, PyYAML, ...)
+    shipped = dependency_closure(runtime_requirements())
+    hidden = sorted(
+        module
+        for module, names in importlib.metadata.packages_distributions().items()
+        if not {canonicalize_name(name) for name in names} & shipped
+        and module != "dependency_tracker"
+    )
+    assert "moto" in hidden
+    assert "pydantic" not in hidden
+    script = (
+        "import importlib, importlib.abc, json, sys\n"
+        "hidden = set(json.loads(sys.argv[1]))\n"
+        "class NotShipped(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.partition('.')[0] in hidden:\n"
+        "            raise ModuleNotFoundError(f'{name} is not shipped', name=name)\n"
+        "sys.meta_path.insert(0, NotShipped())\n"
+        "found = {}\n"
+        "for path in sys.argv[2:]:\n"
+        "    module, _, name = path.rpartition('.')\n"
+        "    loaded = importlib.import_module(module)\n"
+        "    found[path] = [callable(getattr(loaded, name)), loaded.__file__]\n"
+        "print(json.dumps(found))\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DEPTRACK_", "AWS_"))}
+    result = subprocess.run(  # noqa: S603  (our own interpreter and script)
+        [sys.executable, "-c", script, json.dumps(hidden), *handlers.values()],
+        cwd=source,
+        env=clean,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    # THEN each imports, is callable and comes from the packaged folder
+    assert result.returncode == 0, result.stderr[-2000:]
+    for path, (is_callable, filename) in json.loads(result.stdout).items():
+        assert is_callable, path
+        assert filename.startswith(str(source)), filename
+
+
+def runtime_requirements() -> list[Requirement]:
+    lines = (ROOT / "src" / "requirements.txt").read_text().splitlines()
+    return [Requirement(line) for line in (raw.partition("#")[0].strip() for raw in lines) if line]
+
+
+def dependency_closure(requirements: list[Requirement]) -> set[str]:
+    """Names of the distributions ``requirements`` install (transitively, with extras)."""
+    seen: set[str] = set()
+    pending = list(requirements)
+    while pending:
+        requirement = pending.pop()
+        name = canonicalize_name(requirement.name)
+        key = f"{name}[{','.join(sorted(requirement.extras))}]"
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            specs = importlib.metadata.requires(requirement.name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue  # not installed here, so nothing imported it
+        for spec in specs:
+            dependency = Requirement(spec)
+            extras = requirement.extras or {""}
+            if dependency.marker is None or any(
+                dependency.marker.evaluate({"extra": extra}) for extra in extras
+            ):
+                pending.append(dependency)
+    return {key.partition("[")[0] for key in seen}
+
+
+def test_runtime_requirements_are_the_project_dependencies() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert sorted(map(str, runtime_requirements())) == sorted(
+        str(Requirement(spec)) for spec in project["dependencies"]
+    )
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_every_variable_the_code_reads_is_set(stack: Stack, function: str) -> None:
+    required = setting_variables() | POWERTOOLS_VARIABLES
+    missing = required - set(environment(stack, function))
+    assert not missing, f"{function} lacks {sorted(missing)}"
+
+
+@pytest.mark.parametrize("region", [REGION, "eu-central-1"])
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_settings_built_from_the_template_point_at_the_stack(
+    template: dict[str, Any], monkeypatch: pytest.MonkeyPatch, function: str, region: str
+) -> None:
+    # GIVEN the function's environment exactly as the template sets it (another prefix too)
+    stack = Stack(template, OTHER_STACK, region=region)
+    for name in setting_variables() | POWERTOOLS_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment(stack, function).items():
+        monkeypatch.setenv(name, value)
+    # WHEN the code reads its settings
+    built = settings.Settings.from_env()
+    # THEN they name this stack's tables and its managed state machines
+    assert built.state_table == stack.physical("StateTable").ref
+    assert built.dependency_table == stack.physical("DependencyTable").ref
+    assert built.prefix == "pipeline"
+    assert built.waiter_retention_days == int(str(stack.parameter("WaiterRetentionDays")))
+    for workflow, logical_id in state_machines(stack).items():
+        assert built.state_machine_arn(workflow) == stack.physical(logical_id).ref
+        assert built.workflow_of(stack.physical(logical_id).attributes["Name"]) == workflow
+    assert settings.metrics_namespace() == os.environ["POWERTOOLS_METRICS_NAMESPACE"]
+    assert os.environ["POWERTOOLS_SERVICE_NAME"] == observability.SERVICE
+    assert os.environ["POWERTOOLS_LOG_LEVEL"] == stack.parameter("LogLevel")
+
+
+def test_functions_are_python_arm64_with_partial_batch_failures(stack: Stack) -> None:
+    for function in FUNCTIONS:
+        properties = stack.resolved_properties(function)
+        assert properties["Runtime"] == "python3.13"
+        assert properties["Architectures"] == ["arm64"]
+    for function, kind in (("ProcessFunction", "SQS"), ("CallbackFunction", "DynamoDB")):
+        assert event_properties(stack, function, kind)["FunctionResponseTypes"] == [
+            "ReportBatchItemFailures"
+        ]
+
+
+# ---------------------------------------------------------------------- state machines
+
+
+def test_every_definition_is_deployed_under_its_managed_name(stack: Stack) -> None:
+    deployed = state_machines(stack)
+    discovered = definitions.discover()
+    assert set(deployed) == set(discovered), "one state machine per stepfunctions/*.asl.json"
+    prefix = stack.parameter("Prefix")
+    for workflow, logical_id in deployed.items():
+        properties = stack.resolved_properties(logical_id)
+        assert (ROOT / properties["DefinitionUri"]).resolve() == discovered[workflow].resolve()
+        assert properties["Name"] == f"{prefix}-{workflow}"
+        assert properties.get("Type", "STANDARD") == "STANDARD"
+
+
+@pytest.mark.parametrize("workflow", sorted(definitions.discover()))
+def test_placeholders_are_covered_by_substitutions(stack: Stack, workflow: str) -> None:
+    logical_id = state_machines(stack)[workflow]
+    substitutions = stack.properties(logical_id)["DefinitionSubstitutions"]
+    used = definitions.placeholders(definitions.discover()[workflow].read_text())
+    assert used <= set(substitutions), f"no substitution for {sorted(used - set(substitutions))}"
+    # the same keys the local stack fills, from the resources and parameters they name
+    assert set(substitutions) == definitions.SUBSTITUTION_KEYS
+    assert substitutions["DefaultTimeoutSeconds"] == {"Ref": "MaxWaitSeconds"}
+    assert substitutions["DefaultMaxConcurrency"] == {"Ref": "DefaultMaxConcurrency"}
+    assert substitutions["ProcessQueueUrl"] == {"Ref": "ProcessQueue"}
+    assert substitutions["StateTableName"] == {"Ref": "StateTable"}
+    assert substitutions["DependencyTableName"] == {"Ref": "DependencyTable"}
+    assert substitutions["PayloadBucketName"] == {"Ref": "PayloadBucket"}
+    assert substitutions["Prefix"] == {"Ref": "Prefix"}
+
+
+@pytest.mark.parametrize("workflow", sorted(definitions.discover()))
+def test_rendered_definitions_parse(stack: Stack, workflow: str) -> None:
+    text = rendered_definition(stack, state_machines(stack)[workflow])
+    assert not definitions.placeholders(text)
+    json.loads(text)
+    AmazonStateLanguageParser.parse(text)  # moto's ANTLR grammar of the States Language
+
+
+def test_state_machines_log_and_trace_without_execution_data(stack: Stack) -> None:
+    for logical_id in stack.of_type(STATE_MACHINE):
+        properties = stack.resolved_properties(logical_id)
+        assert properties["Tracing"] == {"Enabled": True}
+        logging = properties["Logging"]
+        assert logging["Level"] != "OFF"
+        assert logging["IncludeExecutionData"] is False, "execution data holds task tokens"
+        (destination,) = logging["Destinations"]
+        group = destination["CloudWatchLogsLogGroup"]["LogGroupArn"]
+        assert group.startswith(f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/vendedlogs/")
+        assert stack.allowed(logical_id, "logs:CreateLogDelivery", "*")
+
+
+def task_states(states: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every Task state, inside Map and Parallel states too."""
+    for name, state in states.items():
+        if state["Type"] == "Task":
+            yield name, state
+        for inner in (
+            state.get("ItemProcessor"),
+            state.get("Iterator"),
+            *state.get("Branches", []),
+        ):
+            if inner:
+                yield from task_states(inner["States"])
+
+
+def integration_call(state: dict[str, Any]) -> tuple[str, str]:
+    """IAM action and resource ARN of a service-integration Task state."""
+    found = re.fullmatch(
+        r"arn:aws:states:::(?P<service>[a-z0-9-]+):(?P<api>[A-Za-z]+)"
+        r"(\.(sync(:2)?|waitForTaskToken))?",
+        state["Resource"],
+    )
+    assert found, f"unsupported task resource {state['Resource']}"
+    service, api = found["service"], found["api"]
+    action = f"{service}:{api[0].upper()}{api[1:]}"
+    parameters = state["Parameters"]
+    if service == "sqs":
+        queue = parameters["QueueUrl"].rsplit("/", 1)[1]
+        return action, f"arn:aws:sqs:{REGION}:{ACCOUNT}:{queue}"
+    if service == "dynamodb":
+        return action, f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{parameters['TableName']}"
+    pytest.fail(f"teach integration_call the resource of {service} integrations")
+
+
+@pytest.mark.parametrize("workflow", sorted(definitions.discover()))
+def test_state_machine_policies_match_their_service_integrations(
+    stack: Stack, workflow: str
+) -> None:
+    logical_id = state_machines(stack)[workflow]
+    definition = json.loads(rendered_definition(stack, logical_id))
+    calls = {integration_call(state) for _, state in task_states(definition["States"])}
+    # every integration is allowed on exactly the resource it names ...
+    for action, resource in calls:
+        assert stack.allowed(logical_id, action, resource), (action, resource)
+    # ... and the role allows nothing else (besides delivering its own logs)
+    granted = {
+        (action, resource)
+        for statement in stack.statements(logical_id)
+        for action in statement.actions
+        for resource in statement.resources
+        if action not in LOG_DELIVERY_ACTIONS
+    }
+    assert granted == calls
+
+
+def test_parents_and_only_parents_may_be_answered(template: dict[str, Any]) -> None:
+    stack = Stack(template, OTHER_STACK)
+    (notify,) = [s for s in stack.statements("CallbackFunction") if s.sid == "NotifyParents"]
+    assert set(notify.actions) == {"states:SendTaskSuccess", "states:SendTaskFailure"}
+    for workflow, logical_id in state_machines(stack).items():
+        text = definitions.discover()[workflow].read_text()
+        is_parent = ".waitForTaskToken" in text
+        arn = stack.physical(logical_id).ref
+        assert notify.allows("states:SendTaskSuccess", arn) is is_parent, workflow
+        assert (logical_id in referenced_ids(notify.raw["Resource"])) is is_parent
+
+
+def test_extra_parameters_widen_only_what_they_name(template: dict[str, Any]) -> None:
+    other_parent = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:my-parent"
+    other_bucket = "arn:aws:s3:::shared-payloads/incoming/*"
+    before = Stack(template)
+    after = Stack(
+        template,
+        {"ExtraParentStateMachineArns": other_parent, "ExtraPayloadReadArns": other_bucket},
+    )
+    assert not before.allowed("CallbackFunction", "states:SendTaskSuccess", other_parent)
+    assert after.allowed("CallbackFunction", "states:SendTaskSuccess", other_parent)
+    assert not before.allowed(
+        "ProcessFunction", "s3:GetObject", "arn:aws:s3:::shared-payloads/incoming/p.json"
+    )
+    assert after.allowed(
+        "ProcessFunction", "s3:GetObject", "arn:aws:s3:::shared-payloads/incoming/p.json"
+    )
+    assert not after.allowed(
+        "ProcessFunction", "s3:GetObject", "arn:aws:s3:::shared-payloads/other"
+    )
+    parents = before.physical("WaitForDependenciesStateMachine").ref
+    assert after.allowed("CallbackFunction", "states:SendTaskFailure", parents)
+
+
+# ---------------------------------------------------------------------- storage and queues
+
+
+def test_tables_match_the_schema_the_code_uses(stack: Stack) -> None:
+    for logical_id, build in (
+        ("StateTable", table_schema.state_table_definition),
+        ("DependencyTable", table_schema.dependency_table_definition),
+    ):
+        properties = stack.resolved_properties(logical_id)
+        expected = build(properties["TableName"])
+        for key in ("KeySchema", "BillingMode"):
+            assert properties[key] == expected[key], (logical_id, key)
+        assert sorted(properties["AttributeDefinitions"], key=str) == sorted(
+            expected["AttributeDefinitions"], key=str
+        )
+        assert properties["TimeToLiveSpecification"] == {
+            "AttributeName": table_schema.TTL_ATTRIBUTE,
+            "Enabled": True,
+        }
+        assert properties["PointInTimeRecoverySpecification"] == {
+            "PointInTimeRecoveryEnabled": True
+        }
+        assert properties["SSESpecification"]["SSEEnabled"] is True
+        stream = expected.get("StreamSpecification")
+        if stream:
+            assert properties["StreamSpecification"] == {"StreamViewType": stream["StreamViewType"]}
+        else:
+            assert "StreamSpecification" not in properties
+    # the names the local stack uses for the same prefix
+    assert stack.physical("StateTable").ref == f"{stack.parameter('Prefix')}-state"
+    assert stack.physical("DependencyTable").ref == f"{stack.parameter('Prefix')}-dependencies"
+
+
+def test_process_queue_redrives_and_outlasts_the_function(stack: Stack) -> None:
+    queue = stack.resolved_properties("ProcessQueue")
+    function = stack.resolved_properties("ProcessFunction")
+    window = stack.template["Parameters"]["ProcessBatchingWindowSeconds"]["MaxValue"]
+    assert int(queue["VisibilityTimeout"]) >= 6 * int(function["Timeout"]) + int(window)
+    assert queue["RedrivePolicy"] == {
+        "deadLetterTargetArn": stack.arn_of("ProcessDlq"),
+        "maxReceiveCount": stack.parameter("ProcessMaxReceiveCount"),
+    }
+    mapping = unresolved_event(stack, "ProcessFunction", "SQS")
+    assert mapping["Queue"] == {"Fn::GetAtt": ["ProcessQueue", "Arn"]}
+    assert mapping["BatchSize"] == {"Ref": "ProcessBatchSize"}
+    assert mapping["MaximumBatchingWindowInSeconds"] == {"Ref": "ProcessBatchingWindowSeconds"}
+
+
+def test_every_queue_and_the_bucket_are_encrypted(stack: Stack) -> None:
+    for logical_id in stack.of_type("AWS::SQS::Queue"):
+        properties = stack.resolved_properties(logical_id)
+        assert properties.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in properties
+    bucket = stack.resolved_properties("PayloadBucket")
+    assert bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert set(bucket["PublicAccessBlockConfiguration"].values()) == {True}
+    assert bucket["LifecycleConfiguration"]["Rules"]
+
+
+# ---------------------------------------------------------------------- event sources
+
+
+def test_update_state_rule_is_the_code_pattern(template: dict[str, Any]) -> None:
+    stack = Stack(template, OTHER_STACK, region="eu-west-1")
+    rule = event_properties(stack, "UpdateStateFunction", "EventBridgeRule")
+    prefix = environment(stack, "UpdateStateFunction")[settings.ENV_WORKFLOW_ARN_PREFIX]
+    assert rule["Pattern"] == update_state_event_pattern(prefix)
+    assert prefix == f"arn:aws:states:eu-west-1:{ACCOUNT}:stateMachine:pipeline-"
+    # a terminal status change of a managed machine matches; others do not
+    event = load_event("eventbridge_status_change.json")
+    event["detail"]["stateMachineArn"] = f"{prefix}pass"
+    assert matches(rule["Pattern"], event)
+    event["detail"]["status"] = "RUNNING"
+    assert not matches(rule["Pattern"], event)
+    # failures end in the DLQ, whether delivery or the function failed
+    dlq = stack.arn_of("UpdateStateDlq")
+    assert rule["DeadLetterConfig"] == {"Arn": dlq}
+    assert 0 < rule["RetryPolicy"]["MaximumRetryAttempts"] <= 185
+    invoke = stack.resolved_properties("UpdateStateFunction")["EventInvokeConfig"]
+    assert invoke["DestinationConfig"]["OnFailure"] == {"Type": "SQS", "Destination": dlq}
+    (allow,) = stack.resolved_properties("UpdateStateDlqPolicy")["PolicyDocument"]["Statement"]
+    rule_arn = f"arn:aws:events:eu-west-1:{ACCOUNT}:rule/{rule['RuleName']}"
+    assert allow["Condition"] == {"ArnEquals": {"aws:SourceArn": rule_arn}}
+
+
+def test_callback_stream_mapping(stack: Stack) -> None:
+    mapping = event_properties(stack, "CallbackFunction", "DynamoDB")
+    assert stream_filter(stack) == CALLBACK_STREAM_FILTER
+    assert mapping["Stream"] == stack.physical("DependencyTable").attributes["StreamArn"]
+    assert mapping["BisectBatchOnFunctionError"] is True
+    assert 0 <= mapping["MaximumRetryAttempts"] <= 100, "bounded retries"
+    assert mapping["DestinationConfig"]["OnFailure"] == {
+        "Type": "SQS",
+        "Destination": stack.arn_of("CallbackFailureQueue"),
+    }
+
+
+def stream_record(change: Callable[[dict[str, Any]], object] | None = None) -> dict[str, Any]:
+    record: dict[str, Any] = load_event("ddb_stream_waiter.json")["Records"][0]
+    if change is not None:
+        change(record)
+    return record
+
+
+def terminal_record(state: str) -> dict[str, Any]:
+    record = stream_record()
+    record["dynamodb"]["NewImage"]["workflow_state"] = {"S": state}
+    return record
+
+
+@pytest.mark.parametrize(
+    ("record", "passes"),
+    [
+        *[
+            pytest.param(terminal_record(state), True, id=f"modify-{state}")
+            for state in ("SUCCEEDED", "FAILED", "INVALID", "ABORTED")
+        ],
+        pytest.param(stream_record(lambda r: r.update(eventName="INSERT")), True, id="insert"),
+        pytest.param(
+            stream_record(
+                lambda r: r["dynamodb"]["NewImage"].update(workflow_state={"S": "PROCESSING"})
+            ),
+            False,
+            id="processing",
+        ),
+        pytest.param(
+            stream_record(
+                lambda r: r["dynamodb"]["NewImage"].update(notified_at={"S": "2026-11-01"})
+            ),
+            False,
+            id="notified",
+        ),
+        pytest.param(
+            stream_record(lambda r: (r.update(eventName="REMOVE"), r["dynamodb"].pop("NewImage"))),
+            False,
+            id="ttl-remove",
+        ),
+    ],
+)
+def test_stream_filter_passes_only_terminal_unnotified_rows(
+    stack: Stack, record: dict[str, Any], *, passes: bool
+) -> None:
+    assert matches(stream_filter(stack), record) is passes
+
+
+# ---------------------------------------------------------------------- alarms and outputs
+
+
+def test_alarms_watch_every_failure_queue_and_function(template: dict[str, Any]) -> None:
+    stack = Stack(template)
+    alarms = [stack.resolved_properties(a) for a in stack.of_type("AWS::CloudWatch::Alarm")]
+    watched = {
+        (alarm.get("MetricName"), dimension["Value"])
+        for alarm in alarms
+        for dimension in alarm.get("Dimensions", [])
+        if alarm.get("Threshold") == 0 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    }
+    failure_queues = {"ProcessDlq", "UpdateStateDlq", "CallbackFailureQueue"}
+    for queue in failure_queues:
+        queue_name = stack.physical(queue).attributes["QueueName"]
+        assert ("ApproximateNumberOfMessagesVisible", queue_name) in watched, queue
+    assert ("Errors", stack.physical("CallbackFunction").ref) in watched
+    throttled = {
+        dimension["Value"]
+        for alarm in alarms
+        for metric in alarm.get("Metrics", [])
+        if metric.get("MetricStat", {}).get("Metric", {}).get("MetricName") == "Throttles"
+        for dimension in metric["MetricStat"]["Metric"]["Dimensions"]
+    }
+    assert throttled == {stack.physical(f).ref for f in FUNCTIONS}
+    # every queue a failure ends in is one of those
+    ends = {
+        json.dumps(stack.resolved_properties("ProcessQueue")["RedrivePolicy"]),
+        json.dumps(event_properties(stack, "CallbackFunction", "DynamoDB")["DestinationConfig"]),
+        json.dumps(stack.resolved_properties("UpdateStateFunction")["EventInvokeConfig"]),
+    }
+    for end in ends:
+        assert any(stack.arn_of(q) in end for q in failure_queues), end
+
+
+@pytest.mark.parametrize(
+    ("parameters", "actions"),
+    [
+        pytest.param({}, None, id="none"),
+        pytest.param({"AlarmEmail": "ops@example.com"}, ["alarm-topic"], id="e-mail"),
+        pytest.param(
+            {"AlarmTopicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:ops", "AlarmEmail": "a@b.io"},
+            [f"arn:aws:sns:{REGION}:{ACCOUNT}:ops"],
+            id="topic",
+        ),
+    ],
+)
+def test_alarm_actions_follow_the_parameters(
+    template: dict[str, Any], parameters: dict[str, str], actions: list[str] | None
+) -> None:
+    stack = Stack(template, parameters)
+    topic = stack.physical("AlarmTopic").ref
+    expected = None if actions is None else [topic if a == "alarm-topic" else a for a in actions]
+    assert stack.condition("CreateAlarmTopic") is (actions == ["alarm-topic"])
+    for alarm in stack.of_type("AWS::CloudWatch::Alarm"):
+        assert stack.resolved_properties(alarm).get("AlarmActions") == expected, alarm
+
+
+def test_outputs_name_the_contract_resources(stack: Stack) -> None:
+    outputs = {name: stack.resolve(o["Value"]) for name, o in stack.template["Outputs"].items()}
+    assert set(outputs) >= CONTRACT_OUTPUTS
+    assert outputs["ProcessQueueUrl"] == stack.physical("ProcessQueue").ref
+    assert outputs["ProcessDlqUrl"] == stack.physical("ProcessDlq").ref
+    assert outputs["StateTableName"] == stack.physical("StateTable").ref
+    assert outputs["DependencyTableName"] == stack.physical("DependencyTable").ref
+    assert outputs["PayloadBucketName"] == stack.physical("PayloadBucket").ref
+    for logical_id in stack.of_type(STATE_MACHINE):
+        assert outputs[f"{logical_id}Arn"] == stack.physical(logical_id).ref
+
+
+def test_samconfig_deploys_this_template(stack: Stack) -> None:
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text())["default"]
+    deploy = config["deploy"]["parameters"]
+    assert "CAPABILITY_IAM" in deploy["capabilities"]
+    assert deploy["resolve_s3"] is True
+    overrides = dict(re.findall(r'(\w+)="([^"]*)"', deploy.get("parameter_overrides", "")))
+    Stack(stack.template, overrides)  # raises for a name the template does not declare
+    for name, value in overrides.items():
+        allowed = stack.template["Parameters"][name].get("AllowedValues")
+        assert allowed is None or value in map(str, allowed), name
+
+
+# ---------------------------------------------------------------------- IAM against real calls
+
+
+@dataclass
+class Call:
+    """One AWS API call a handler made, named as IAM names it."""
+
+    function: str
+    action: str
+    params: dict[str, Any]
+
+
+@dataclass
+class Recorder:
+    """Records the calls made through the handlers' cached clients, per function."""
+
+    function: str | None = None
+    calls: list[Call] = field(default_factory=list)
+    images: list[dict[str, Any]] = field(default_factory=list)
+
+    def hook(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+        action = f"{model.service_model.signing_name}:{model.name}"
+        self.calls.append(Call(self.function or "<outside a handler>", action, dict(params)))
+
+    def handler(self, stack: Stack, logical_id: str) -> Callable[..., Any]:
+        name = stack.physical(logical_id).ref
+
+        def invoke(event: dict[str, Any], _context: object = None) -> Any:
+            if logical_id == "CallbackFunction":
+                self.images.extend(r["dynamodb"].get("NewImage", {}) for r in event["Records"])
+            self.function = logical_id
+            try:
+                return HANDLERS[logical_id](event, LocalContext(function_name=name))
+            finally:
+                self.function = None
+
+        return invoke
+
+
+# The services whose clients get the recorder; a handler building any other
+# client fails the test (clients.client's cache grows) instead of going unseen.
+RECORDED_SERVICES = ("dynamodb", "stepfunctions", "s3", "sqs", "sns", "events", "lambda")
+
+
+def reset_handlers() -> None:
+    settings.get_settings.cache_clear()
+    clients.client.cache_clear()
+    process.process_flow.cache_clear()
+    update_state.update_state_flow.cache_clear()
+    callback.callback_flow.cache_clear()
+
+
+@dataclass
+class Deployment:
+    """The template's resources on moto, its handlers behind the recorder, and the pumps."""
+
+    stack: Stack
+    recorder: Recorder
+    sfn: Any
+    s3: Any
+    dynamodb: Any
+    sqs: Any
+    pumps: list[SqsPump | ExecutionPump | StreamPump]
+
+    def settle(self) -> None:
+        prefix = f"{self.stack.parameter('Prefix')}-"
+
+        def running() -> bool:
+            for machine in self.sfn.list_state_machines()["stateMachines"]:
+                if (
+                    machine["name"].startswith(prefix)
+                    and self.sfn.list_executions(
+                        stateMachineArn=machine["stateMachineArn"], statusFilter="RUNNING"
+                    )["executions"]
+                ):
+                    return True
+            return False
+
+        def quiet() -> bool:
+            moved = sum(pump.pump_once() for pump in self.pumps)
+            queue = self.sqs.get_queue_attributes(
+                QueueUrl=self.stack.physical("ProcessQueue").ref,
+                AttributeNames=["ApproximateNumberOfMessages"],
+            )["Attributes"]
+            return moved == 0 and not running() and queue["ApproximateNumberOfMessages"] == "0"
+
+        wait_until(quiet, timeout=30)
+
+    def parents_by_token(self) -> dict[str, str]:
+        """Task token → ARN of the state machine whose execution holds it."""
+        table = self.stack.physical("DependencyTable").ref
+        parents = {}
+        for item in self.dynamodb.scan(TableName=table)["Items"]:
+            if "task_token" in item and "parent_execution" in item:
+                execution = item["parent_execution"]["S"]
+                machine = execution.replace(":execution:", ":stateMachine:").rpartition(":")[0]
+                parents[item["task_token"]["S"]] = machine
+        return parents
+
+
+@pytest.fixture
+def deployment(template: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
+    stack = Stack(template)
+    variables: dict[str, str] = {}
+    for function in FUNCTIONS:
+        for name, value in environment(stack, function).items():
+            assert variables.setdefault(name, value) == value, f"{name} differs between functions"
+    for name in setting_variables():
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    reset_handlers()
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        session = boto3.session.Session()
+        dynamodb: Any = session.client("dynamodb")
+        sqs: Any = session.client("sqs")
+        s3: Any = session.client("s3")
+        sfn: Any = session.client("stepfunctions")
+        stream_arn = table_schema.create_tables(
+            dynamodb,
+            state_table=stack.physical("StateTable").ref,
+            dependency_table=stack.physical("DependencyTable").ref,
+        )
+        queue = stack.physical("ProcessQueue")
+        assert sqs.create_queue(QueueName=queue.attributes["QueueName"])["QueueUrl"] == queue.ref
+        s3.create_bucket(Bucket=stack.physical("PayloadBucket").ref)
+        for logical_id in stack.of_type(STATE_MACHINE):
+            created = sfn.create_state_machine(
+                name=stack.resolved_properties(logical_id)["Name"],
+                definition=rendered_definition(stack, logical_id),
+                roleArn=f"arn:aws:iam::{ACCOUNT}:role/{logical_id}",
+            )
+            assert created["stateMachineArn"] == stack.physical(logical_id).ref
+        recorder = Recorder()
+        for service in RECORDED_SERVICES:
+            clients.client(service).meta.events.register("before-parameter-build", recorder.hook)
+        pumps: list[SqsPump | ExecutionPump | StreamPump] = [
+            SqsPump(
+                sqs=sqs,
+                queue_url=queue.ref,
+                queue_arn=queue.attributes["Arn"],
+                handler=recorder.handler(stack, "ProcessFunction"),
+                region=REGION,
+            ),
+            ExecutionPump(
+                sfn=sfn,
+                handler=recorder.handler(stack, "UpdateStateFunction"),
+                prefix=str(stack.parameter("Prefix")),
+                region=REGION,
+                account=ACCOUNT,
+            ),
+            StreamPump(
+                streams=session.client("dynamodbstreams"),
+                stream_arn=stream_arn,
+                handler=recorder.handler(stack, "CallbackFunction"),
+                region=REGION,
+                filter_pattern=stream_filter(stack),
+            ),
+        ]
+        yield Deployment(stack, recorder, sfn, s3, dynamodb, sqs, pumps)
+    reset_handlers()
+
+
+def simulated(item_id: str, outcome: str = "succeed", **extra: Any) -> dict[str, Any]:
+    """A payload for the stack's example workflow ``simulate``."""
+    body = payload(item_id, workflow="simulate", **extra)
+    body["process"][0]["tasks"] = {"simulate": {"seconds": 0, "outcome": outcome}}
+    return body
+
+
+def call_resources(call: Call, parents: dict[str, str]) -> list[str]:
+    """The resource ARNs IAM authorizes ``call`` against."""
+    service = call.action.partition(":")[0]
+    params = call.params
+    if service == "dynamodb":
+        tables = list(params["RequestItems"]) if "RequestItems" in params else [params["TableName"]]
+        return [f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table}" for table in tables]
+    if service == "s3":
+        return [f"arn:aws:s3:::{params['Bucket']}/{params['Key']}"]
+    if service == "states":
+        for name in ("stateMachineArn", "executionArn"):
+            if name in params:
+                return [str(params[name])]
+        if "taskToken" in params:
+            return [parents[params["taskToken"]]]
+    pytest.fail(f"teach call_resources the resource of {call.action}")
+
+
+def test_every_aws_call_is_allowed_and_every_grant_is_used(deployment: Deployment) -> None:
+    stack, recorder = deployment.stack, deployment.recorder
+    # GIVEN two parents on the stack's own state machines: a Map over a succeeding and
+    # a failing dependency, and a 1-of-2 join sharing the succeeding one
+    parent_map = deployment.sfn.start_execution(
+        stateMachineArn=stack.physical("WaitForDependenciesStateMachine").ref,
+        name="parent-map",
+        input=json.dumps({"dependencies": [simulated("a"), simulated("b", "fail")]}),
+    )["executionArn"]
+    parent_join = deployment.sfn.start_execution(
+        stateMachineArn=stack.physical("WaitForJoinStateMachine").ref,
+        name="parent-join",
+        input=json.dumps({"dependencies": [simulated("a"), simulated("c")], "quorum": 1}),
+    )["executionArn"]
+    # WHEN the pumps feed the three handlers until everything rests
+    deployment.settle()
+    # THEN the parents resumed as the tracker told them
+    described = deployment.sfn.describe_execution(executionArn=parent_map)
+    assert (described["status"], described.get("error")) == ("FAILED", "DependencyFailed")
+    assert deployment.sfn.describe_execution(executionArn=parent_join)["status"] == "SUCCEEDED"
+
+    # AND the paths the parents did not take: an S3 pointer, a late waiter on a finished
+    # payload (replay), an invalid message with a token, a join delivered twice
+    process_handler = recorder.handler(stack, "ProcessFunction")
+    bucket = stack.physical("PayloadBucket").ref
+    deployment.s3.put_object(Bucket=bucket, Key="p/d.json", Body=json.dumps(simulated("d")))
+    late = {"task_token": "late-waiter", "parent_execution": parent_map}
+    join = {
+        "join": {"task_token": "join-token", "quorum": 1, "parent_execution": parent_join},
+        "payloads": [simulated("a")],
+    }
+    lost = {
+        "join": {"task_token": "lost-join", "quorum": 1, "parent_execution": parent_join},
+        "payloads": [simulated("b", "fail")],
+    }
+    for body, message_id in [
+        ({"url": f"s3://{bucket}/p/d.json"}, "s3-pointer"),
+        ({**simulated("a"), "callback": late}, "late-waiter"),
+        ({"process": [{"workflow": "simulate"}], "callback": {"task_token": "bad"}}, "bad"),
+        (join, "join"),
+        (join, "join"),
+        (lost, "lost-join"),
+    ]:
+        assert process_handler(sqs_event(body, ids=[message_id])) == {"batchItemFailures": []}
+    # AND a repeated status change whose input EventBridge left out
+    done = StateTable(deployment.dynamodb, stack.physical("StateTable").ref).get(
+        ProcessPayload.model_validate(simulated("a")).id
+    )
+    assert done is not None
+    assert done.state is PayloadState.SUCCEEDED
+    assert done.execution_arn is not None
+    event = status_change_event(
+        deployment.sfn.describe_execution(executionArn=done.execution_arn),
+        region=REGION,
+        account=ACCOUNT,
+    )
+    event["detail"].update(input=None, inputDetails={"included": False})
+    assert recorder.handler(stack, "UpdateStateFunction")(event) == {"action": "repeated"}
+    deployment.settle()
+
+    # THEN every call was allowed by that function's statements, on that resource
+    calls = recorder.calls
+    assert {call.function for call in calls} == set(FUNCTIONS)
+    parents = deployment.parents_by_token()
+    # an invalid message keeps no parent; this token came from a wait-for-dependencies
+    parents["bad"] = stack.physical("WaitForDependenciesStateMachine").ref
+    denied = [
+        (call.function, call.action, resource)
+        for call in calls
+        for resource in call_resources(call, parents)
+        if not stack.allowed(call.function, call.action, resource)
+    ]
+    assert denied == []
+    # AND every grant was needed: each (action, resource) of each statement was called
+    unused = [
+        (function, statement.sid, action, pattern)
+        for function in FUNCTIONS
+        for statement in stack.statements(function)
+        for action in statement.actions
+        for pattern in statement.resources
+        if not any(
+            call.function == function
+            and call.action == action
+            and any(fnmatch.fnmatchcase(r, pattern) for r in call_resources(call, parents))
+            for call in calls
+        )
+    ]
+    assert unused == []
+    assert clients.client.cache_info().currsize == len(RECORDED_SERVICES), "unwatched client"
+    # AND the template's stream filter let through only terminal rows not yet notified
+    assert recorder.images
+    assert all("notified_at" not in image for image in recorder.images)
+    assert all(image["workflow_state"]["S"] != "PROCESSING" for image in recorder.images)
