@@ -16,9 +16,11 @@ ENV_PREFIX = "DEPTRACK_PREFIX"
 ENV_WORKFLOW_ARN_PREFIX = "DEPTRACK_WORKFLOW_ARN_PREFIX"
 ENV_WAITER_RETENTION_DAYS = "DEPTRACK_WAITER_RETENTION_DAYS"
 ENV_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
+ENV_SERVICE_NAME = "POWERTOOLS_SERVICE_NAME"
 
 DEFAULT_PREFIX = "deptrack"
 DEFAULT_METRICS_NAMESPACE = "DependencyTracker"
+DEFAULT_SERVICE_NAME = "dependency-tracker"
 
 
 class Settings(BaseModel, frozen=True):
@@ -82,6 +84,11 @@ def _required(name: str) -> str:
 def metrics_namespace() -> str:
     """CloudWatch namespace for metrics (Powertools' own variable, with our default)."""
     return os.getenv(ENV_METRICS_NAMESPACE) or DEFAULT_METRICS_NAMESPACE
+
+
+def service_name() -> str:
+    """Service name in logs and metrics (Powertools' own variable, with our default)."""
+    return os.getenv(ENV_SERVICE_NAME) or DEFAULT_SERVICE_NAME
 
 
 @cache

@@ -29,7 +29,7 @@ def update_state_flow() -> UpdateStateFlow:
 @metrics.log_metrics
 @event_source(data_class=EventBridgeEvent)
 def lambda_handler(event: EventBridgeEvent, context: LambdaContext) -> dict[str, str]:
-    """Handle one status change; raising lets EventBridge retry, then its DLQ."""
+    """Handle one status change; raising lets Lambda's async retries, then the DLQ, take it."""
     logger.append_keys(event_id=event.get_id)
     try:
         change = StatusChange.model_validate(event.detail)
