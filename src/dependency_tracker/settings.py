@@ -15,6 +15,7 @@ ENV_DEPENDENCY_TABLE = "DEPTRACK_DEPENDENCY_TABLE"
 ENV_PREFIX = "DEPTRACK_PREFIX"
 ENV_WORKFLOW_ARN_PREFIX = "DEPTRACK_WORKFLOW_ARN_PREFIX"
 ENV_WAITER_RETENTION_DAYS = "DEPTRACK_WAITER_RETENTION_DAYS"
+ENV_PAYLOAD_BUCKET = "DEPTRACK_PAYLOAD_BUCKET"
 ENV_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
 ENV_SERVICE_NAME = "POWERTOOLS_SERVICE_NAME"
 
@@ -33,6 +34,7 @@ class Settings(BaseModel, frozen=True):
             name, e.g. ``arn:aws:states:us-east-1:123456789012:stateMachine:deptrack-``.
         prefix: Name prefix of managed state machines (``{prefix}-{workflow}``).
         waiter_retention_days: How long a notified waiter row is kept (TTL).
+        payload_bucket: Bucket for results too large to keep inline (optional).
     """
 
     state_table: str
@@ -40,6 +42,7 @@ class Settings(BaseModel, frozen=True):
     workflow_arn_prefix: str
     prefix: str = DEFAULT_PREFIX
     waiter_retention_days: int = Field(default=7, ge=1)
+    payload_bucket: str | None = None
 
     @classmethod
     def from_env(cls, **overrides: object) -> Self:
@@ -53,6 +56,7 @@ class Settings(BaseModel, frozen=True):
             "dependency_table": _required(ENV_DEPENDENCY_TABLE),
             "workflow_arn_prefix": _required(ENV_WORKFLOW_ARN_PREFIX),
             "prefix": os.getenv(ENV_PREFIX) or DEFAULT_PREFIX,
+            "payload_bucket": os.getenv(ENV_PAYLOAD_BUCKET) or None,
         }
         retention = os.getenv(ENV_WAITER_RETENTION_DAYS)
         if retention:

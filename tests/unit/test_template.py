@@ -876,7 +876,8 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(deployment: Deploymen
     assert deployment.sfn.describe_execution(executionArn=parent_join)["status"] == "SUCCEEDED"
 
     # AND the paths the parents did not take: an S3 pointer, a late waiter on a finished
-    # payload (replay), an invalid message with a token, a join delivered twice
+    # payload (replay), an invalid message with a token, a join delivered twice, and a
+    # result too large to keep inline (it goes to the bucket)
     process_handler = recorder.handler(stack, "ProcessFunction")
     bucket = stack.physical("PayloadBucket").ref
     deployment.s3.put_object(Bucket=bucket, Key="p/d.json", Body=json.dumps(simulated("d")))
@@ -889,8 +890,11 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(deployment: Deploymen
         "join": {"task_token": "lost-join", "quorum": 1, "parent_execution": parent_join},
         "payloads": [simulated("b", "fail")],
     }
+    big = simulated("big")
+    big["features"][0]["properties"] = {"blob": "x" * 5000}
     for body, message_id in [
         ({"url": f"s3://{bucket}/p/d.json"}, "s3-pointer"),
+        (big, "big-result"),
         ({**simulated("a"), "callback": late}, "late-waiter"),
         ({"process": [{"workflow": "simulate"}], "callback": {"task_token": "bad"}}, "bad"),
         (join, "join"),

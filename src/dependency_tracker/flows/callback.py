@@ -7,6 +7,7 @@ marking first could lose the wake-up for good.
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum, unique
 from typing import TYPE_CHECKING, Self
 
@@ -164,6 +165,7 @@ class CallbackFlow:
                 payload_id=waiter.payload_id,
                 execution_arn=resolution.execution_arn,
                 replayed=resolution.replayed,
+                result=json.loads(resolution.result_json) if resolution.result_json else None,
             )
             return self._send(waiter.task_token, resolution.state, output=success.model_dump_json())
         failure = CallbackFailure(

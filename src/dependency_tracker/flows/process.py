@@ -110,7 +110,7 @@ class ProcessFlow:
             states=StateTable(dynamodb, settings.state_table),
             dependencies=DependencyTable(dynamodb, settings.dependency_table),
             sfn=client("stepfunctions"),
-            bucket=PayloadBucket(client("s3")),
+            bucket=PayloadBucket(client("s3"), settings.payload_bucket),
         )
 
     def parse(self, body: str, *, message_id: str | None = None) -> ProcessMessage | JoinMessage:

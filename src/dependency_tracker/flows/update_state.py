@@ -17,9 +17,10 @@ from dependency_tracker import naming
 from dependency_tracker.clients import client
 from dependency_tracker.errors import TransitionConflictError
 from dependency_tracker.flows._text import clip
+from dependency_tracker.flows.results import build_result
 from dependency_tracker.models import ProcessPayload, Resolution
 from dependency_tracker.observability import logger, metrics
-from dependency_tracker.stores import DependencyTable, StateTable
+from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
@@ -55,11 +56,13 @@ class UpdateStateFlow:
         states: StateTable,
         dependencies: DependencyTable,
         sfn: SFNClient,
+        bucket: PayloadBucket | None = None,
     ) -> None:
         self.settings = settings
         self.states = states
         self.dependencies = dependencies
         self._sfn = sfn
+        self._bucket = bucket
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
@@ -70,6 +73,7 @@ class UpdateStateFlow:
             states=StateTable(dynamodb, settings.state_table),
             dependencies=DependencyTable(dynamodb, settings.dependency_table),
             sfn=client("stepfunctions"),
+            bucket=PayloadBucket(client("s3"), settings.payload_bucket),
         )
 
     def handle(self, change: StatusChange) -> UpdateAction:
@@ -95,15 +99,22 @@ class UpdateStateFlow:
         logger.set_correlation_id(payload.id)
         error = change.failure_error if not final.is_success else None
         cause = clip(change.cause) if not final.is_success else None
+        attempt = naming.attempt_of(change.name, payload.id)
+        result_json = (
+            build_result(payload.id, attempt, self._output_of(change), self._bucket)
+            if final.is_success
+            else None
+        )
         try:
             item = self.states.set_final(
                 payload_id=payload.id,
                 workflow=workflow,
                 state=final,
                 execution_arn=change.execution_arn,
-                attempt=naming.attempt_of(change.name, payload.id),
+                attempt=attempt,
                 error=error,
                 cause=cause,
+                result_json=result_json,
             )
             action = UpdateAction.RECORDED
         except TransitionConflictError:
@@ -118,6 +129,13 @@ class UpdateStateFlow:
             item, action = current, UpdateAction.REPEATED
         resolved = self.dependencies.resolve_all(payload.id, Resolution.of(item, replayed=False))
         return action, resolved
+
+    def _output_of(self, change: StatusChange) -> str | None:
+        if change.output_details.included:
+            return change.output
+        # EventBridge leaves out outputs over 248 KiB; ask Step Functions.
+        described = self._sfn.describe_execution(executionArn=change.execution_arn)
+        return described.get("output")
 
     def _payload_of(self, change: StatusChange) -> ProcessPayload | None:
         text = change.input

@@ -27,6 +27,7 @@ class StatusChange(BaseModel):
     input: str | None = None
     input_details: InputDetails = Field(default_factory=InputDetails, alias="inputDetails")
     output: str | None = None
+    output_details: InputDetails = Field(default_factory=InputDetails, alias="outputDetails")
     error: str | None = None
     cause: str | None = None
 

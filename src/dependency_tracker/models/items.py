@@ -61,6 +61,7 @@ class PayloadStateItem(TableItem):
     last_error: str | None = None
     last_cause: str | None = None
     claim_message_id: str | None = None
+    result_json: str | None = None
 
     def to_item(self) -> dict[str, Any]:
         """Attribute-value map; ``executions`` is a string set (``ADD``-able)."""
@@ -104,6 +105,7 @@ class Resolution(BaseModel):
     error: str | None = None
     cause: str | None = None
     replayed: bool = False
+    result_json: str | None = None  # the stored result (small JSON or an S3 pointer)
 
     @model_validator(mode="after")
     def _terminal(self) -> Self:
@@ -115,12 +117,14 @@ class Resolution(BaseModel):
     @classmethod
     def of(cls, item: PayloadStateItem, *, replayed: bool) -> Self:
         """Resolution carried by a terminal state item."""
+        failed = not item.state.is_success
         return cls(
             state=item.state,
             execution_arn=item.execution_arn,
-            error=item.last_error,
-            cause=item.last_cause,
+            error=item.last_error if failed else None,
+            cause=item.last_cause if failed else None,
             replayed=replayed,
+            result_json=None if failed else item.result_json,
         )
 
 
@@ -141,6 +145,7 @@ class DependencyRow(TableItem):
     error: str | None = None
     cause: str | None = None
     replayed: bool = False
+    result_json: str | None = None
     resolved_at: datetime | None = None
     notified_at: datetime | None = None
     notify_outcome: str | None = None
@@ -157,6 +162,7 @@ class DependencyRow(TableItem):
             error=self.error,
             cause=self.cause,
             replayed=self.replayed,
+            result_json=self.result_json,
         )
 
 

@@ -105,7 +105,7 @@ class DependencyTable:
             "processing": PayloadState.PROCESSING.value,
         }
         names: dict[str, str] = {}
-        for name in ("execution_arn", "error", "cause"):  # "error" is a reserved word
+        for name in ("execution_arn", "error", "cause", "result_json"):  # "error" is reserved
             value = getattr(resolution, name)
             if value is not None:
                 sets.append(f"#{name} = :{name}")

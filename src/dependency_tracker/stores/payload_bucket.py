@@ -21,10 +21,29 @@ MAX_PAYLOAD_BYTES = 10 * 1024 * 1024
 
 
 class PayloadBucket:
-    """Reads payload documents from S3."""
+    """Reads payload documents from S3, and writes large results to the stack's bucket."""
 
-    def __init__(self, client: S3Client) -> None:
+    def __init__(self, client: S3Client, bucket_name: str | None = None) -> None:
         self._client = client
+        self.bucket_name = bucket_name
+
+    @property
+    def writable(self) -> bool:
+        """True when the stack's bucket is configured."""
+        return self.bucket_name is not None
+
+    def write(self, key: str, text: str) -> str:
+        """Store ``text`` under ``key`` in the stack's bucket; returns its ``s3://`` url."""
+        if self.bucket_name is None:
+            msg = "no payload bucket is configured"
+            raise RuntimeError(msg)
+        self._client.put_object(
+            Bucket=self.bucket_name,
+            Key=key,
+            Body=text.encode("utf-8"),
+            ContentType="application/json",
+        )
+        return f"s3://{self.bucket_name}/{key}"
 
     def read_url(self, url: str) -> str:
         """Text of the object at ``s3://bucket/key``.

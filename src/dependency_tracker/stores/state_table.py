@@ -171,6 +171,7 @@ class StateTable:
         attempt: int | None,
         error: str | None = None,
         cause: str | None = None,
+        result_json: str | None = None,
     ) -> PayloadStateItem:
         """Write the terminal state of an execution.
 
@@ -202,13 +203,19 @@ class StateTable:
             "created_at = if_not_exists(created_at, :now)",
             "attempt = if_not_exists(attempt, :attempt)",
         ]
+        # The last error outlives a later success (attempt history); a result
+        # belongs to the run that produced it.
         removes = []
-        for name, value in (("last_error", error), ("last_cause", cause)):
-            if value is None:
-                removes.append(name)
-            else:
+        for name, value in (
+            ("last_error", error),
+            ("last_cause", cause),
+            ("result_json", result_json),
+        ):
+            if value is not None:
                 sets.append(f"{name} = :{name}")
                 plain[name] = value
+            elif name == "result_json":
+                removes.append(name)
         expression = f"SET {', '.join(sets)} ADD executions :arns"
         if removes:
             expression += f" REMOVE {', '.join(removes)}"

@@ -145,3 +145,23 @@ def test_malformed_event_raises_for_the_retry_policy(lambda_context: LocalContex
     del event["detail"]["executionArn"]
     with pytest.raises(ValueError, match="executionArn"):
         lambda_handler(event, lambda_context)
+
+
+@pytest.mark.usefixtures("workflows")
+def test_success_stores_the_result_and_replays_it(aws: Aws, lambda_context: LocalContext) -> None:
+    # GIVEN a payload that ran and succeeded, with a waiter
+    execution = run_child(aws, lambda_context, payload(callback={"task_token": "t1"}))
+    lambda_handler(event_for(execution), lambda_context)
+    item = aws.states.get(payload_id())
+    assert item is not None
+    assert item.result_json is not None
+    stored = json.loads(item.result_json)
+    assert stored["items"] == [{"id": "item-1", "collection": "sentinel-2-l2a"}]
+    waited = aws.dependencies.get(payload_id(), waiter_id_for("t1"))
+    assert waited is not None
+    assert waited.result_json == item.result_json
+    # WHEN a second waiter arrives later THEN it is resolved with the same stored result
+    process_handler(sqs_event(payload(callback={"task_token": "t2"}), ids=["m2"]), lambda_context)
+    replayed = aws.dependencies.get(payload_id(), waiter_id_for("t2"))
+    assert replayed is not None
+    assert (replayed.replayed, replayed.result_json) == (True, item.result_json)
