@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any, Self
 
+import jmespath
+import jmespath.exceptions
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 WORKFLOW_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
@@ -31,6 +34,8 @@ class ProcessDefinition(BaseModel):
     tasks: dict[str, Any] | None = None
     replace: bool = False
     collections: list[str] | None = None
+    idempotency_key: str | None = Field(default=None, min_length=1)
+    chain_filter: str | None = Field(default=None, min_length=1)
 
     @field_validator("collections", mode="before")
     @classmethod
@@ -70,6 +75,12 @@ class ProcessPayload(BaseModel):
                 msg = f"payload ids may not start with {' or '.join(RESERVED_ID_PREFIXES)}"
                 raise ValueError(msg)
             return self
+        key = self.process[0].idempotency_key
+        if key is not None:
+            self.id = keyed_payload_id(
+                self.model_dump(mode="json", exclude={"id"}), key, self.workflow
+            )
+            return self
         if not self.features:
             msg = "a payload needs an 'id' or at least one feature to derive it from"
             raise ValueError(msg)
@@ -89,6 +100,25 @@ class ProcessPayload(BaseModel):
     def execution_input(self) -> str:
         """Canonical JSON handed to the child workflow (sorted keys, so retries match)."""
         return json.dumps(self.model_dump(mode="json", exclude_none=True), sort_keys=True)
+
+
+def keyed_payload_id(document: dict[str, Any], expression: str, workflow: str) -> str:
+    """Payload id from a JMESPath ``idempotency_key``: ``workflow-{workflow}/key-{sha256}``.
+
+    The digest is taken over the canonical (sorted-keys, compact) JSON of what
+    the expression selects, so key order and whitespace never change the id.
+    """
+    try:
+        selected = jmespath.search(expression, document)
+    except jmespath.exceptions.JMESPathError as exc:
+        msg = f"idempotency_key {expression!r} is not a valid JMESPath expression: {exc}"
+        raise ValueError(msg) from exc
+    if selected is None or selected in ([], {}, ""):
+        msg = f"idempotency_key {expression!r} selects nothing in this payload"
+        raise ValueError(msg)
+    canonical = json.dumps(selected, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return f"workflow-{workflow}/key-{digest}"
 
 
 def payload_id_for(features: list[Feature], process: ProcessDefinition) -> str:

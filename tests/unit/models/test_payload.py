@@ -134,3 +134,46 @@ def test_execution_input_is_canonical() -> None:
 def test_invalid_payloads_have_clear_errors(raw: dict[str, object], match: str) -> None:
     with pytest.raises(ValidationError, match=match):
         ProcessPayload.model_validate(raw)
+
+
+def keyed(key: str, **properties: object) -> dict[str, object]:
+    return {
+        "features": [{"id": "a", "collection": "c", "properties": properties}],
+        "process": [{"workflow": "w", "idempotency_key": key}],
+    }
+
+
+def test_idempotency_key_selects_what_makes_two_payloads_the_same() -> None:
+    # GIVEN two payloads that differ only outside the key
+    one = ProcessPayload.model_validate(keyed("features[0].properties.scene", scene="S1", x=1))
+    two = ProcessPayload.model_validate(keyed("features[0].properties.scene", scene="S1", x=2))
+    other = ProcessPayload.model_validate(keyed("features[0].properties.scene", scene="S2"))
+    # THEN they share an id, namespaced by workflow; a different key value does not
+    assert one.id == two.id
+    assert one.id.startswith("workflow-w/key-")
+    assert len(one.id) == len("workflow-w/key-") + 64
+    assert other.id != one.id
+
+
+def test_idempotency_key_hashes_canonical_json() -> None:
+    one = ProcessPayload.model_validate(keyed("features[0].properties", b=1, a={"y": 2, "x": 1}))
+    two = ProcessPayload.model_validate(keyed("features[0].properties", a={"x": 1, "y": 2}, b=1))
+    assert one.id == two.id
+
+
+@pytest.mark.parametrize(
+    ("key", "match"),
+    [
+        ("features[0].properties.missing", "selects nothing"),
+        ("features[?", "not a valid JMESPath"),
+    ],
+)
+def test_idempotency_key_errors_are_clear(key: str, match: str) -> None:
+    with pytest.raises(ValidationError, match=match):
+        ProcessPayload.model_validate(keyed(key, scene="S1"))
+
+
+def test_explicit_id_beats_the_idempotency_key() -> None:
+    body = keyed("features[0].id")
+    body["id"] = "given"
+    assert ProcessPayload.model_validate(body).id == "given"
