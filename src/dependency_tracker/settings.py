@@ -16,6 +16,7 @@ ENV_PREFIX = "DEPTRACK_PREFIX"
 ENV_WORKFLOW_ARN_PREFIX = "DEPTRACK_WORKFLOW_ARN_PREFIX"
 ENV_WAITER_RETENTION_DAYS = "DEPTRACK_WAITER_RETENTION_DAYS"
 ENV_PAYLOAD_BUCKET = "DEPTRACK_PAYLOAD_BUCKET"
+ENV_CLAIM_LEASE_SECONDS = "DEPTRACK_CLAIM_LEASE_SECONDS"
 ENV_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
 ENV_SERVICE_NAME = "POWERTOOLS_SERVICE_NAME"
 
@@ -35,6 +36,8 @@ class Settings(BaseModel, frozen=True):
         prefix: Name prefix of managed state machines (``{prefix}-{workflow}``).
         waiter_retention_days: How long a notified waiter row is kept (TTL).
         payload_bucket: Bucket for results too large to keep inline (optional).
+        claim_lease_seconds: After this long a live attempt whose execution is no
+            longer running may be taken over; set it above the workflows' longest run.
     """
 
     state_table: str
@@ -43,6 +46,7 @@ class Settings(BaseModel, frozen=True):
     prefix: str = DEFAULT_PREFIX
     waiter_retention_days: int = Field(default=7, ge=1)
     payload_bucket: str | None = None
+    claim_lease_seconds: int = Field(default=86_400, ge=1)
 
     @classmethod
     def from_env(cls, **overrides: object) -> Self:
@@ -58,11 +62,15 @@ class Settings(BaseModel, frozen=True):
             "prefix": os.getenv(ENV_PREFIX) or DEFAULT_PREFIX,
             "payload_bucket": os.getenv(ENV_PAYLOAD_BUCKET) or None,
         }
-        retention = os.getenv(ENV_WAITER_RETENTION_DAYS)
-        if retention:
-            if not retention.isdigit() or int(retention) < 1:
-                raise ConfigurationError(ENV_WAITER_RETENTION_DAYS, "must be a positive integer")
-            values["waiter_retention_days"] = int(retention)
+        for variable, field in (
+            (ENV_WAITER_RETENTION_DAYS, "waiter_retention_days"),
+            (ENV_CLAIM_LEASE_SECONDS, "claim_lease_seconds"),
+        ):
+            number = os.getenv(variable)
+            if number:
+                if not number.isdigit() or int(number) < 1:
+                    raise ConfigurationError(variable, "must be a positive integer")
+                values[field] = int(number)
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls.model_validate(values)
 

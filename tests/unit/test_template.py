@@ -917,6 +917,20 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(deployment: Deploymen
     event["detail"].update(input=None, inputDetails={"included": False})
     assert recorder.handler(stack, "UpdateStateFunction")(event) == {"action": "repeated"}
     deployment.settle()
+    # AND a lease that ran out on a run whose status change was lost: "a" looks live again
+    # and was claimed long ago, so the next message checks its execution and takes over
+    deployment.dynamodb.update_item(
+        TableName=stack.physical("StateTable").ref,
+        Key={"payload_id": {"S": done.payload_id}},
+        UpdateExpression="SET #state = :processing, claimed_at = :old",
+        ExpressionAttributeNames={"#state": "state"},
+        ExpressionAttributeValues={
+            ":processing": {"S": "PROCESSING"},
+            ":old": {"S": "2000-01-01T00:00:00+00:00"},
+        },
+    )
+    assert process_handler(sqs_event(simulated("a"), ids=["takeover"])) == {"batchItemFailures": []}
+    deployment.settle()
 
     # THEN every call was allowed by that function's statements, on that resource
     calls = recorder.calls

@@ -73,6 +73,7 @@ class ProcessAction(StrEnum):
     STARTED = "started"  # claimed a new attempt and started its execution
     RESUMED_START = "resumed_start"  # finished starting a claim another invocation left
     WAITING = "waiting"  # an execution is live; update-state will resolve the waiter
+    TOOK_OVER = "took_over"  # the lease ran out on a dead execution: a new attempt started
     REPLAYED = "replayed"  # already finished: the waiter was resolved from the stored state
     INVALID = "invalid"  # the message was recorded as invalid
     JOINED = "joined"  # a join was registered and each member started, replayed or left
@@ -248,6 +249,12 @@ class ProcessFlow:
             claimed = self.states.claim(payload, seen, message_id=message_id)
             self._start(payload, claimed.attempt)
             return ProcessAction.STARTED
+        if self._lease_expired(seen) and self._execution_dead(payload, seen):
+            # The run died without an update reaching us (a lost event, a
+            # claimer that never started): take the payload over.
+            claimed = self.states.claim(payload, seen, message_id=message_id)
+            self._start(payload, claimed.attempt)
+            return ProcessAction.TOOK_OVER
         if seen.state is PayloadState.CLAIMED:
             # The claimer may have died before StartExecution; the name is
             # deterministic, so starting again is harmless if it did not.
@@ -310,6 +317,27 @@ class ProcessFlow:
         )
         metrics.add_metric(name=ProcessAction.JOINED.metric_name, unit=MetricUnit.Count, value=1)
         return ProcessAction.JOINED
+
+    def _lease_expired(self, seen: PayloadStateItem) -> bool:
+        if seen.state.is_terminal or seen.claimed_at is None:
+            return False
+        age = utcnow() - seen.claimed_at
+        return age.total_seconds() > self.settings.claim_lease_seconds
+
+    def _execution_dead(self, payload: ProcessPayload, seen: PayloadStateItem) -> bool:
+        arn = seen.execution_arn or naming.execution_arn(
+            self.settings.state_machine_arn(payload.workflow),
+            naming.execution_name(payload.id, seen.attempt),
+        )
+        try:
+            status = self._sfn.describe_execution(executionArn=arn)["status"]
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ExecutionDoesNotExist":
+                # Never started: the CLAIMED path starts it under the same name.
+                return False
+            raise
+        logger.info("lease expired", extra={"execution_arn": arn, "status": status})
+        return status != "RUNNING"
 
     @staticmethod
     def _should_run(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker import naming
-from dependency_tracker.handlers.process import lambda_handler
+from dependency_tracker import naming, settings
+from dependency_tracker.handlers.process import lambda_handler, process_flow
 from dependency_tracker.models import PayloadState, ProcessPayload, waiter_id_for
 from tests.conftest import (
     WORKFLOW_ARN_PREFIX,
@@ -284,5 +285,77 @@ def test_unknown_workflow_keeps_the_claim_for_the_retry(
     aws.create_workflow("late", {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}})
     assert failures(lambda_handler(sqs_event(body, ids=["m"]), lambda_context)) == []
     item = aws.states.get(payload_id("item-late", "late"))
+    assert item is not None
+    assert (item.state, item.attempt) == (PayloadState.PROCESSING, 1)
+
+
+def age_claim(aws: Aws, pid: str, seconds: int) -> None:
+    """Pretend the current attempt was claimed ``seconds`` ago."""
+    old = (datetime.now(UTC) - timedelta(seconds=seconds)).isoformat()
+    aws.dynamodb.update_item(
+        TableName=aws.states.table_name,
+        Key={"payload_id": {"S": pid}},
+        UpdateExpression="SET claimed_at = :old",
+        ExpressionAttributeValues={":old": {"S": old}},
+    )
+
+
+@pytest.mark.usefixtures("workflows")
+def test_dead_claim_is_taken_over_after_its_lease(
+    aws: Aws, lambda_context: LocalContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN attempt 1 ran and ended, but its status change never arrived (still PROCESSING)
+    lambda_handler(sqs_event(payload(callback={"task_token": "t"})), lambda_context)
+    item = aws.states.get(payload_id())
+    assert item is not None
+    assert item.execution_arn is not None
+    assert aws.wait_for_execution(item.execution_arn)["status"] == "SUCCEEDED"
+    # WHEN a message arrives within the lease THEN nothing moves
+    lambda_handler(sqs_event(payload(), ids=["within"]), lambda_context)
+    same = aws.states.get(payload_id())
+    assert same is not None
+    assert (same.state, same.attempt) == (PayloadState.PROCESSING, 1)
+    # WHEN it arrives after the lease THEN the payload is taken over by a new attempt
+    monkeypatch.setenv("DEPTRACK_CLAIM_LEASE_SECONDS", "60")
+    settings.get_settings.cache_clear()
+    process_flow.cache_clear()
+    age_claim(aws, payload_id(), 120)
+    lambda_handler(sqs_event(payload(), ids=["after"]), lambda_context)
+    taken = aws.states.get(payload_id())
+    assert taken is not None
+    assert (taken.state, taken.attempt) == (PayloadState.PROCESSING, 2)
+    assert [e["name"] for e in executions(aws)] == [
+        naming.execution_name(payload_id(), 2),
+        naming.execution_name(payload_id(), 1),
+    ]
+
+
+@pytest.mark.usefixtures("workflows")
+def test_running_execution_keeps_its_claim_past_the_lease(
+    aws: Aws, lambda_context: LocalContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a payload whose execution is still running (it waits for a token forever)
+    aws.create_workflow(
+        "hang",
+        {
+            "StartAt": "Hang",
+            "States": {
+                "Hang": {
+                    "Type": "Task",
+                    "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+                    "Parameters": {
+                        "QueueUrl": aws.queue_url,
+                        "MessageBody": {"t.$": "$$.Task.Token"},
+                    },
+                    "End": True,
+                }
+            },
+        },
+    )
+    monkeypatch.setenv("DEPTRACK_CLAIM_LEASE_SECONDS", "60")
+    lambda_handler(sqs_event(payload(workflow="hang")), lambda_context)
+    age_claim(aws, payload_id(workflow="hang"), 120)
+    lambda_handler(sqs_event(payload(workflow="hang"), ids=["again"]), lambda_context)
+    item = aws.states.get(payload_id(workflow="hang"))
     assert item is not None
     assert (item.state, item.attempt) == (PayloadState.PROCESSING, 1)
