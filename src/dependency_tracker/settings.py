@@ -17,6 +17,7 @@ ENV_WORKFLOW_ARN_PREFIX = "DEPTRACK_WORKFLOW_ARN_PREFIX"
 ENV_WAITER_RETENTION_DAYS = "DEPTRACK_WAITER_RETENTION_DAYS"
 ENV_PAYLOAD_BUCKET = "DEPTRACK_PAYLOAD_BUCKET"
 ENV_CLAIM_LEASE_SECONDS = "DEPTRACK_CLAIM_LEASE_SECONDS"
+ENV_PROCESS_QUEUE_URL = "DEPTRACK_PROCESS_QUEUE_URL"
 ENV_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
 ENV_SERVICE_NAME = "POWERTOOLS_SERVICE_NAME"
 
@@ -36,6 +37,7 @@ class Settings(BaseModel, frozen=True):
         prefix: Name prefix of managed state machines (``{prefix}-{workflow}``).
         waiter_retention_days: How long a notified waiter row is kept (TTL).
         payload_bucket: Bucket for results too large to keep inline (optional).
+        process_queue_url: Where the next step of a chained payload is published.
         claim_lease_seconds: After this long a live attempt whose execution is no
             longer running may be taken over; set it above the workflows' longest run.
     """
@@ -47,6 +49,7 @@ class Settings(BaseModel, frozen=True):
     waiter_retention_days: int = Field(default=7, ge=1)
     payload_bucket: str | None = None
     claim_lease_seconds: int = Field(default=86_400, ge=1)
+    process_queue_url: str | None = None
 
     @classmethod
     def from_env(cls, **overrides: object) -> Self:
@@ -61,6 +64,7 @@ class Settings(BaseModel, frozen=True):
             "workflow_arn_prefix": _required(ENV_WORKFLOW_ARN_PREFIX),
             "prefix": os.getenv(ENV_PREFIX) or DEFAULT_PREFIX,
             "payload_bucket": os.getenv(ENV_PAYLOAD_BUCKET) or None,
+            "process_queue_url": os.getenv(ENV_PROCESS_QUEUE_URL) or None,
         }
         for variable, field in (
             (ENV_WAITER_RETENTION_DAYS, "waiter_retention_days"),

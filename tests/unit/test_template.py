@@ -845,6 +845,9 @@ def call_resources(call: Call, parents: dict[str, str]) -> list[str]:
         return [f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table}" for table in tables]
     if service == "s3":
         return [f"arn:aws:s3:::{params['Bucket']}/{params['Key']}"]
+    if service == "sqs":
+        account, name = params["QueueUrl"].rstrip("/").split("/")[-2:]
+        return [f"arn:aws:sqs:{REGION}:{account}:{name}"]
     if service == "states":
         for name in ("stateMachineArn", "executionArn"):
             if name in params:
@@ -876,8 +879,8 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(deployment: Deploymen
     assert deployment.sfn.describe_execution(executionArn=parent_join)["status"] == "SUCCEEDED"
 
     # AND the paths the parents did not take: an S3 pointer, a late waiter on a finished
-    # payload (replay), an invalid message with a token, a join delivered twice, and a
-    # result too large to keep inline (it goes to the bucket)
+    # payload (replay), an invalid message with a token, a join delivered twice, a
+    # result too large to keep inline (it goes to the bucket), and a two-step chain
     process_handler = recorder.handler(stack, "ProcessFunction")
     bucket = stack.physical("PayloadBucket").ref
     deployment.s3.put_object(Bucket=bucket, Key="p/d.json", Body=json.dumps(simulated("d")))
@@ -892,9 +895,12 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(deployment: Deploymen
     }
     big = simulated("big")
     big["features"][0]["properties"] = {"blob": "x" * 5000}
+    chained = simulated("chained")
+    chained["process"].append({"workflow": "simulate", "collections": ["next-step"]})
     for body, message_id in [
         ({"url": f"s3://{bucket}/p/d.json"}, "s3-pointer"),
         (big, "big-result"),
+        (chained, "chained"),
         ({**simulated("a"), "callback": late}, "late-waiter"),
         ({"process": [{"workflow": "simulate"}], "callback": {"task_token": "bad"}}, "bad"),
         (join, "join"),

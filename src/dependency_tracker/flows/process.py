@@ -37,6 +37,7 @@ from dependency_tracker.models import (
     ProcessPayload,
     Resolution,
     WaiterItem,
+    WaitMessage,
     join_partition_for,
     membership_id_for,
     read_message,
@@ -114,7 +115,9 @@ class ProcessFlow:
             bucket=PayloadBucket(client("s3"), settings.payload_bucket),
         )
 
-    def parse(self, body: str, *, message_id: str | None = None) -> ProcessMessage | JoinMessage:
+    def parse(
+        self, body: str, *, message_id: str | None = None
+    ) -> ProcessMessage | JoinMessage | WaitMessage:
         """Turn a queue body into a message, reading S3 pointers.
 
         Raises:
@@ -122,7 +125,7 @@ class ProcessFlow:
         """
         return read_message(body, message_id=message_id, load_url=self._bucket.read_url)
 
-    def handle(self, message: ProcessMessage | JoinMessage) -> ProcessAction:
+    def handle(self, message: ProcessMessage | JoinMessage | WaitMessage) -> ProcessAction:
         """Register who waits, then make sure each payload runs once.
 
         Raises:
@@ -134,7 +137,21 @@ class ProcessFlow:
         if isinstance(message, JoinMessage):
             return self._handle_join(message)
         waiter_id = self._register(message)
+        if isinstance(message, WaitMessage):
+            return self._wait_only(message.payload_id, waiter_id)
         return self._settle(message.payload, message.message_id, waiter_id)
+
+    def _wait_only(self, payload_id: str, waiter_id: str | None) -> ProcessAction:
+        """Resolve a wait-only waiter if its payload already ended; never start it."""
+        seen = self.states.get(payload_id)
+        if waiter_id is None or seen is None or not seen.state.is_terminal:
+            action = ProcessAction.WAITING
+        else:
+            self.dependencies.resolve(payload_id, waiter_id, Resolution.of(seen, replayed=True))
+            action = ProcessAction.REPLAYED
+        logger.info("processed", extra={"action": action.value, "wait_only": True})
+        metrics.add_metric(name=action.metric_name, unit=MetricUnit.Count, value=1)
+        return action
 
     def record_invalid(
         self, error: InvalidMessageError, *, body: str, message_id: str | None
@@ -192,7 +209,7 @@ class ProcessFlow:
 
     # ------------------------------------------------------------------ steps
 
-    def _register(self, message: ProcessMessage) -> str | None:
+    def _register(self, message: ProcessMessage | WaitMessage) -> str | None:
         if message.callback is None:
             return None
         callback = message.callback

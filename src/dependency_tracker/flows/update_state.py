@@ -7,6 +7,7 @@ either here or by the process flow.
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum, unique
 from typing import TYPE_CHECKING, Self
 
@@ -17,12 +18,14 @@ from dependency_tracker import naming
 from dependency_tracker.clients import client
 from dependency_tracker.errors import TransitionConflictError
 from dependency_tracker.flows._text import clip
+from dependency_tracker.flows.chaining import ChainError, next_payload
 from dependency_tracker.flows.results import build_result
 from dependency_tracker.models import ProcessPayload, Resolution
 from dependency_tracker.observability import logger, metrics
 from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
 
 if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
     from mypy_boto3_stepfunctions import SFNClient
 
     from dependency_tracker.models import StatusChange
@@ -57,12 +60,14 @@ class UpdateStateFlow:
         dependencies: DependencyTable,
         sfn: SFNClient,
         bucket: PayloadBucket | None = None,
+        sqs: SQSClient | None = None,
     ) -> None:
         self.settings = settings
         self.states = states
         self.dependencies = dependencies
         self._sfn = sfn
         self._bucket = bucket
+        self._sqs = sqs
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
@@ -74,6 +79,7 @@ class UpdateStateFlow:
             dependencies=DependencyTable(dynamodb, settings.dependency_table),
             sfn=client("stepfunctions"),
             bucket=PayloadBucket(client("s3"), settings.payload_bucket),
+            sqs=client("sqs"),
         )
 
     def handle(self, change: StatusChange) -> UpdateAction:
@@ -128,7 +134,33 @@ class UpdateStateFlow:
             # A repeat: the first delivery may have died before resolving everyone.
             item, action = current, UpdateAction.REPEATED
         resolved = self.dependencies.resolve_all(payload.id, Resolution.of(item, replayed=False))
+        if final.is_success:
+            # Also on a repeat: the first delivery may have died before publishing.
+            self._chain(payload, change)
         return action, resolved
+
+    def _chain(self, payload: ProcessPayload, change: StatusChange) -> None:
+        if len(payload.process) < 2:
+            return
+        try:
+            body = next_payload(payload, self._output_of(change))
+        except ChainError as exc:
+            logger.error("cannot chain to the next step", extra={"reason": str(exc)})
+            metrics.add_metric(name="ChainFailed", unit=MetricUnit.Count, value=1)
+            return
+        if body is None:
+            logger.info("chain stops: nothing selected for the next step")
+            metrics.add_metric(name="ChainEmpty", unit=MetricUnit.Count, value=1)
+            return
+        if self._sqs is None or self.settings.process_queue_url is None:
+            logger.error("cannot chain: no process queue is configured")
+            metrics.add_metric(name="ChainFailed", unit=MetricUnit.Count, value=1)
+            return
+        self._sqs.send_message(
+            QueueUrl=self.settings.process_queue_url, MessageBody=json.dumps(body)
+        )
+        logger.info("chained", extra={"next_workflow": body["process"][0]["workflow"]})
+        metrics.add_metric(name="Chained", unit=MetricUnit.Count, value=1)
 
     def _output_of(self, change: StatusChange) -> str | None:
         if change.output_details.included:

@@ -14,7 +14,7 @@ from aws_lambda_powertools.utilities.batch import (
 
 from dependency_tracker.errors import InvalidMessageError, UnknownWorkflowError
 from dependency_tracker.flows.process import ProcessFlow
-from dependency_tracker.models import ProcessMessage, join_partition_for
+from dependency_tracker.models import JoinMessage, join_partition_for
 from dependency_tracker.observability import logger, metrics
 from dependency_tracker.settings import get_settings
 
@@ -39,9 +39,9 @@ def record_handler(record: SQSRecord) -> None:
         try:
             message = flow.parse(record.body, message_id=record.message_id)
             logger.set_correlation_id(
-                message.payload_id
-                if isinstance(message, ProcessMessage)
-                else join_partition_for(message.join_id)
+                join_partition_for(message.join_id)
+                if isinstance(message, JoinMessage)
+                else message.payload_id
             )
             flow.handle(message)
         except InvalidMessageError as exc:

@@ -40,6 +40,7 @@ from dependency_tracker.models.messages import (
     JoinSpec,
     PayloadLoader,
     ProcessMessage,
+    WaitMessage,
     read_message,
 )
 from dependency_tracker.models.outputs import (
@@ -54,6 +55,7 @@ from dependency_tracker.models.payload import (
     Feature,
     ProcessDefinition,
     ProcessPayload,
+    keyed_payload_id,
     payload_id_for,
 )
 
@@ -93,8 +95,10 @@ __all__ = [
     "Row",
     "StatusChange",
     "TableItem",
+    "WaitMessage",
     "WaiterItem",
     "join_partition_for",
+    "keyed_payload_id",
     "membership_id_for",
     "payload_id_for",
     "read_message",

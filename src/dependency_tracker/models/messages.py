@@ -81,6 +81,24 @@ class ProcessMessage(BaseModel):
         return cls(payload=payload, callback=callback, message_id=message_id)
 
 
+class WaitMessage(BaseModel):
+    """``{"wait_for": "<payload id>", "callback": {...}}``: wait without starting anything.
+
+    For payloads someone else starts, such as later steps of a chain: the
+    waiter is registered and resolved when the payload ends (at once if it
+    already has), but the tracker never starts it on this message's behalf.
+    """
+
+    wait_for: str = Field(min_length=1)
+    callback: Callback
+    message_id: str | None = None
+
+    @property
+    def payload_id(self) -> str:
+        """Id of the payload waited on."""
+        return self.wait_for
+
+
 class JoinSpec(BaseModel):
     """The ``join`` object: one token waiting on k of the message's payloads."""
 
@@ -167,12 +185,13 @@ class JoinMessage(BaseModel):
 
 def read_message(
     body: str, *, message_id: str | None = None, load_url: PayloadLoader | None = None
-) -> ProcessMessage | JoinMessage:
+) -> ProcessMessage | JoinMessage | WaitMessage:
     """Parse a process-queue body.
 
     Accepted: a payload with an optional ``callback``; ``{"url": "s3://..."}``
     pointing at one; ``{"payload": <payload or url>, "callback": {...}}``; a
-    join ``{"join": {...}, "payloads": [...]}``; any of them SNS-wrapped.
+    join ``{"join": {...}, "payloads": [...]}``; a wait-only reference
+    ``{"wait_for": "<payload id>", "callback": {...}}``; any of them SNS-wrapped.
 
     Raises:
         InvalidMessageError: The body is not usable; ``task_token`` is set when
@@ -181,6 +200,18 @@ def read_message(
     document = _unwrap(_load_json(body, "message body"))
     if isinstance(document, dict) and "join" in document:
         return JoinMessage.from_document(document, message_id=message_id, load_url=load_url)
+    if isinstance(document, dict) and isinstance(document.get("payload"), dict):
+        # {"payload": {...}, "callback": {...}}: what a state machine's
+        # sendMessage task can build around $$.Task.Token.
+        envelope = {key: value for key, value in document.items() if key != "payload"}
+        document = {**document["payload"], **envelope}
+    if isinstance(document, dict) and "wait_for" in document:
+        try:
+            return WaitMessage.model_validate({**document, "message_id": message_id})
+        except ValidationError as exc:
+            raise InvalidMessageError(
+                _describe(exc, "message"), task_token=_token_of(document)
+            ) from exc
     return ProcessMessage.from_document(document, message_id=message_id, load_url=load_url)
 
 
