@@ -880,7 +880,8 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(deployment: Deploymen
 
     # AND the paths the parents did not take: an S3 pointer, a late waiter on a finished
     # payload (replay), an invalid message with a token, a join delivered twice, a
-    # result too large to keep inline (it goes to the bucket), and a two-step chain
+    # result too large to keep inline (it goes to the bucket), a two-step chain, and a
+    # payload too large for an execution input (it goes by reference)
     process_handler = recorder.handler(stack, "ProcessFunction")
     bucket = stack.physical("PayloadBucket").ref
     deployment.s3.put_object(Bucket=bucket, Key="p/d.json", Body=json.dumps(simulated("d")))
@@ -895,12 +896,15 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(deployment: Deploymen
     }
     big = simulated("big")
     big["features"][0]["properties"] = {"blob": "x" * 5000}
+    huge = simulated("huge")
+    huge["features"][0]["properties"] = {"blob": "x" * 300_000}  # over the execution limit
     chained = simulated("chained")
     chained["process"].append({"workflow": "simulate", "collections": ["next-step"]})
     for body, message_id in [
         ({"url": f"s3://{bucket}/p/d.json"}, "s3-pointer"),
         (big, "big-result"),
         (chained, "chained"),
+        (huge, "huge-input"),
         ({**simulated("a"), "callback": late}, "late-waiter"),
         ({"process": [{"workflow": "simulate"}], "callback": {"task_token": "bad"}}, "bad"),
         (join, "join"),

@@ -9,6 +9,7 @@ sees the other's write, so no waiter is left behind.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
 from datetime import timedelta
 from enum import StrEnum, unique
@@ -58,6 +59,9 @@ if TYPE_CHECKING:
 MAX_ROUNDS = 5
 INVALID_MESSAGE_PREFIX = "invalid-message/"
 MAX_BODY_EXCERPT = 16 * 1024
+# Step Functions takes 256 KiB of input; leave room for the envelope.
+MAX_INLINE_INPUT_BYTES = 250_000
+LARGE_INPUT_PREFIX = "payloads"
 
 
 class _Unread:
@@ -368,12 +372,31 @@ class ProcessFlow:
             return False
         return seen.state.reruns or payload.replace
 
+    def _input(self, payload: ProcessPayload, attempt: int) -> str:
+        """The execution input: the payload, or an S3 pointer when it is too large.
+
+        The pointer's key is derived from the payload id and attempt, so a
+        retried start sends the same input (StartExecution stays idempotent).
+        """
+        text = payload.execution_input()
+        if len(text.encode("utf-8")) <= MAX_INLINE_INPUT_BYTES:
+            return text
+        if not self._bucket.writable:
+            raise InvalidMessageError(
+                f"payload {payload.id} exceeds the {MAX_INLINE_INPUT_BYTES}-byte execution "
+                "input limit and no payload bucket is configured"
+            )
+        digest = hashlib.sha256(payload.id.encode("utf-8")).hexdigest()
+        url = self._bucket.write(f"{LARGE_INPUT_PREFIX}/{digest}/{attempt}.json", text)
+        logger.info("large payload passed by reference", extra={"url": url})
+        return json.dumps({"url": url})
+
     def _start(self, payload: ProcessPayload, attempt: int) -> None:
         state_machine_arn = self.settings.state_machine_arn(payload.workflow)
         name = naming.execution_name(payload.id, attempt)
         try:
             response = self._sfn.start_execution(
-                stateMachineArn=state_machine_arn, name=name, input=payload.execution_input()
+                stateMachineArn=state_machine_arn, name=name, input=self._input(payload, attempt)
             )
             execution_arn = response["executionArn"]
         except ClientError as exc:

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from dependency_tracker import naming
 from dependency_tracker.clients import client
-from dependency_tracker.errors import TransitionConflictError
+from dependency_tracker.errors import InvalidMessageError, TransitionConflictError
 from dependency_tracker.flows._text import clip
 from dependency_tracker.flows.chaining import ChainError, next_payload
 from dependency_tracker.flows.results import build_result
@@ -175,7 +175,18 @@ class UpdateStateFlow:
             # EventBridge leaves out inputs over 248 KiB; ask Step Functions.
             text = self._sfn.describe_execution(executionArn=change.execution_arn).get("input")
         try:
-            return ProcessPayload.model_validate_json(text or "")
+            document = json.loads(text or "")
+        except json.JSONDecodeError:
+            document = None
+        if isinstance(document, dict) and set(document) == {"url"} and self._bucket is not None:
+            # A payload too large for the execution input travelled by reference.
+            try:
+                document = json.loads(self._bucket.read_url(str(document["url"])))
+            except (InvalidMessageError, json.JSONDecodeError) as exc:
+                logger.error("cannot read the execution's payload", extra={"reason": str(exc)})
+                return None
+        try:
+            return ProcessPayload.model_validate(document)
         except ValidationError as exc:
             # Expected for managed machines that are not payload workflows
             # (a parent such as wait-for-dependencies): nothing waits on them.
