@@ -207,6 +207,7 @@ class ProcessFlow:
                     error="InvalidMessage",
                     cause=clip(error.reason),
                     error_name=DependencyError(error.error_name),
+                    parent_execution=_parent_execution_of(body),
                 )
             )
         return ProcessAction.INVALID
@@ -414,3 +415,20 @@ class ProcessFlow:
         except TransitionConflictError:
             # Another invocation recorded it, or it already finished: both fine.
             logger.info("execution already recorded", extra={"execution_arn": execution_arn})
+
+
+def _parent_execution_of(body: str) -> str | None:
+    """Best effort: the parent named in a broken message, so operators can find it."""
+    try:
+        document = json.loads(body)
+    except (json.JSONDecodeError, TypeError):
+        return None
+    if isinstance(document, dict) and document.get("Type") == "Notification":
+        return _parent_execution_of(str(document.get("Message", "")))
+    if not isinstance(document, dict):
+        return None
+    for key in ("callback", "join"):
+        waiter = document.get(key)
+        if isinstance(waiter, dict) and isinstance(waiter.get("parent_execution"), str):
+            return str(waiter["parent_execution"])
+    return None

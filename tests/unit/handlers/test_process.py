@@ -235,7 +235,10 @@ def test_bad_input_is_reported_and_the_rest_of_the_batch_succeeds(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # GIVEN one batch with every kind of bad message and one good one
-    no_id = {"process": [{"workflow": "pass"}], "callback": {"task_token": "orphan"}}
+    no_id = {
+        "process": [{"workflow": "pass"}],
+        "callback": {"task_token": "orphan", "parent_execution": "arn:parent-of-orphan"},
+    }
     event = sqs_event(
         "{not json",
         {"hello": "world"},
@@ -265,6 +268,7 @@ def test_bad_input_is_reported_and_the_rest_of_the_batch_succeeds(
     orphan = aws.dependencies.get("invalid-message/no-id", waiter_id_for("orphan"))
     assert orphan is not None
     assert orphan.workflow_state is PayloadState.INVALID
+    assert orphan.parent_execution == "arn:parent-of-orphan"
     # structured logs and metrics name the message, never the token
     invalid_logs = [r for r in caplog.records if r.getMessage() == "invalid message"]
     assert {r.__dict__["message_id"] for r in invalid_logs} == {"bad-json", "not-payload", "no-id"}
