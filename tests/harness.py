@@ -89,6 +89,17 @@ class Pumps:
             ),
         )
 
+    def deliver_twice(self) -> None:
+        """Hand every event to its handler twice, as at-least-once sources may."""
+        for pump in (self.sqs, self.executions, self.stream):
+            handler = pump.handler
+
+            def twice(event: dict[str, Any], context: Any, handler: Any = handler) -> Any:
+                handler(event, context)
+                return handler(event, context)
+
+            pump.handler = twice
+
     def pump(self) -> int:
         """One round of every pump."""
         return self.sqs.pump_once() + self.executions.pump_once() + self.stream.pump_once()

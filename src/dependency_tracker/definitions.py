@@ -24,8 +24,10 @@ SUBSTITUTION_KEYS = frozenset(
         "Prefix",
         "DefaultTimeoutSeconds",
         "DefaultMaxConcurrency",
+        "StatusReportQueueUrl",
     }
 )
+EXPRESS_SUFFIX = "-express"
 
 
 def definitions_dir() -> Path:
@@ -37,6 +39,15 @@ def discover(directory: Path | None = None) -> dict[str, Path]:
     """Workflow name (file stem) → definition file, for every ``*.asl.json``."""
     folder = directory or definitions_dir()
     return {path.name[: -len(SUFFIX)]: path for path in sorted(folder.glob(f"*{SUFFIX}"))}
+
+
+def state_machine_type(name: str) -> str:
+    """``EXPRESS`` for a workflow named ``*-express``, else ``STANDARD``.
+
+    Express executions emit no status-change events: such workflows report
+    their own end to the status-report queue (see ``simulate-express``).
+    """
+    return "EXPRESS" if name.endswith(EXPRESS_SUFFIX) else "STANDARD"
 
 
 def placeholders(text: str) -> set[str]:

@@ -23,30 +23,32 @@ if TYPE_CHECKING:
 PARENT_WORKFLOW = "wait-for-dependencies"
 JOIN_WORKFLOW = "wait-for-join"
 CHILD_WORKFLOW = "simulate"
+EXPRESS_WORKFLOW = "simulate-express"
 COLLECTION = "demo"
 POLL_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
 class Dependency:
-    """A child payload for the ``simulate`` workflow."""
+    """A child payload for ``simulate`` (or ``simulate-express``)."""
 
     item: str
     seconds: int = 0
     outcome: str = "succeed"
+    workflow: str = CHILD_WORKFLOW
 
     @property
     def payload_id(self) -> str:
         """Its cirrus payload id."""
-        return f"{COLLECTION}/workflow-{CHILD_WORKFLOW}/{self.item}"
+        return f"{COLLECTION}/workflow-{self.workflow}/{self.item}"
 
     def payload(self) -> dict[str, Any]:
-        """The process payload that makes ``simulate`` take ``seconds`` and ``outcome``."""
+        """The process payload that makes the child take ``seconds`` and end in ``outcome``."""
         simulate = {"seconds": self.seconds, "outcome": self.outcome}
         return {
             "type": "FeatureCollection",
             "features": [{"type": "Feature", "id": self.item, "collection": COLLECTION}],
-            "process": [{"workflow": CHILD_WORKFLOW, "tasks": {"simulate": simulate}}],
+            "process": [{"workflow": self.workflow, "tasks": {"simulate": simulate}}],
         }
 
 
@@ -117,6 +119,11 @@ def build_scenario(
             (Dependency("rejected", outcome="invalid"),),
             "a dependency rejects its input",
             expected_error="DependencyInvalid",
+        ),
+        Parent(
+            "express",
+            (Dependency("x-express", seconds=1, workflow=EXPRESS_WORKFLOW), shared_b),
+            "an Express child reports its own end",
         ),
         Parent(
             "impatient",

@@ -140,10 +140,12 @@ class ExecutionPump:
     def _managed_machines(self) -> list[str]:
         arns: list[str] = []
         for page in self.sfn.get_paginator("list_state_machines").paginate():
+            # Express executions emit no status-change events on AWS (they
+            # report themselves), so the pump does not invent any for them.
             arns.extend(
                 m["stateMachineArn"]
                 for m in page["stateMachines"]
-                if m["name"].startswith(f"{self.prefix}-")
+                if m["name"].startswith(f"{self.prefix}-") and m.get("type") != "EXPRESS"
             )
         return arns
 

@@ -16,6 +16,7 @@ from dependency_tracker import clients, definitions, settings
 from dependency_tracker.handlers import callback, process, update_state
 from dependency_tracker.local.pumps import ExecutionPump, SqsPump, StreamPump
 from dependency_tracker.local.runner import Invoker, PumpRunner, ThreadRoutedStdout
+from dependency_tracker.local.server import MotoServer
 from dependency_tracker.observability import logger
 from dependency_tracker.stores.schema import create_tables
 
@@ -38,6 +39,11 @@ class LocalStack:
     and starts the pumps. On exit it stops the pumps and moto and restores the
     environment.
 
+    With ``port`` (0 picks a free one) moto runs as a server on ``host``
+    instead, so other processes can use the stack with any AWS SDK and
+    ``endpoint_url``: ``outputs`` then also holds ``EndpointUrl``, and the
+    handlers and ``client()`` go through that endpoint.
+
     Example:
         >>> with LocalStack(prefix="deptrack") as stack:  # doctest: +SKIP
         ...     stack.client("sqs").send_message(QueueUrl=stack.outputs["ProcessQueueUrl"], ...)
@@ -56,6 +62,8 @@ class LocalStack:
         default_max_concurrency: int = 40,
         log_level: str | None = None,
         sink: IO[str] | None = None,
+        port: int | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.prefix = prefix
         self.region = region
@@ -70,6 +78,9 @@ class LocalStack:
         self._log_level = log_level
         self._sink = sink
         self._mock: Any = None
+        self._port = port
+        self._host = host
+        self.endpoint_url: str | None = None
         self._saved_env: dict[str, str | None] = {}
         self._saved_log_level: int | None = None
         self._saved_log_stream: IO[str] | None = None
@@ -105,6 +116,7 @@ class LocalStack:
                 settings.ENV_DEPENDENCY_TABLE: names["DependencyTableName"],
                 settings.ENV_PREFIX: self.prefix,
                 settings.ENV_WORKFLOW_ARN_PREFIX: self._workflow_arn_prefix(),
+                settings.ENV_PAYLOAD_BUCKET: names["PayloadBucketName"],
             }
         )
         # Clients and flows built before now point at other resources.
@@ -112,8 +124,6 @@ class LocalStack:
         # A handler that had nothing to count (a filtered-out record) makes
         # Powertools warn on every invocation; in Lambda that is a log line.
         warnings.filterwarnings("ignore", message="No application metrics to publish")
-        self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
-        self._mock.start()
         if self._log_level is not None:
             self._saved_log_level = logger.log_level
             logger.setLevel(self._log_level)
@@ -126,7 +136,10 @@ class LocalStack:
             _MOTO_SFN_LOGGER.addHandler(self._moto_log_handler)
             _MOTO_SFN_LOGGER.propagate = False
         try:
+            self._start_moto()
             self._create(names)
+            # Known only once the queue exists; read by update-state to chain steps.
+            self._set_env({settings.ENV_PROCESS_QUEUE_URL: self.outputs["ProcessQueueUrl"]})
             self._start_pumps()
         except BaseException:
             self.stop()
@@ -165,8 +178,10 @@ class LocalStack:
     # ------------------------------------------------------------------ API
 
     def client(self, service: str) -> Any:
-        """A boto3 client bound to the stack (region and in-process endpoint)."""
-        return boto3.session.Session().client(service, region_name=self.region)  # type: ignore[call-overload]
+        """A boto3 client bound to the stack (region, and the server's endpoint if any)."""
+        return boto3.session.Session().client(  # type: ignore[call-overload]
+            service, region_name=self.region, endpoint_url=self.endpoint_url
+        )
 
     @property
     def pump_errors(self) -> int:
@@ -201,10 +216,23 @@ class LocalStack:
             "PayloadBucketName": f"{self.prefix}-payloads-{ACCOUNT}",
             "ProcessQueueName": f"{self.prefix}-process",
             "ProcessDlqName": f"{self.prefix}-process-dlq",
+            "StatusReportQueueName": f"{self.prefix}-status-reports",
+            "StatusReportDlqName": f"{self.prefix}-status-reports-dlq",
         }
 
     def _workflow_arn_prefix(self) -> str:
         return f"arn:aws:states:{self.region}:{ACCOUNT}:stateMachine:{self.prefix}-"
+
+    def _start_moto(self) -> None:
+        if self._port is None:
+            self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
+            self._mock.start()
+            return
+        # Server mode: moto behind a local endpoint; stop() stops it like mock_aws.
+        server = MotoServer(self._host, self._port, sink=self._sink)
+        self._mock = server
+        self.endpoint_url = server.start()
+        self._set_env(server.environment())
 
     def _set_env(self, values: dict[str, str]) -> None:
         for name, value in values.items():
@@ -213,17 +241,12 @@ class LocalStack:
 
     def _create(self, names: dict[str, str]) -> None:
         sqs = self.client("sqs")
-        dlq_url = sqs.create_queue(QueueName=names["ProcessDlqName"])["QueueUrl"]
-        dlq_arn = _queue_arn(sqs, dlq_url)
-        queue_url = sqs.create_queue(
-            QueueName=names["ProcessQueueName"],
-            Attributes={
-                "VisibilityTimeout": str(self._visibility_timeout),
-                "RedrivePolicy": json.dumps(
-                    {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": self._max_receive_count}
-                ),
-            },
-        )["QueueUrl"]
+        queue_url, dlq_url = self._queue_with_dlq(
+            sqs, names["ProcessQueueName"], names["ProcessDlqName"]
+        )
+        report_url, report_dlq_url = self._queue_with_dlq(
+            sqs, names["StatusReportQueueName"], names["StatusReportDlqName"]
+        )
         stream_arn = create_tables(
             self.client("dynamodb"),
             state_table=names["StateTableName"],
@@ -236,6 +259,7 @@ class LocalStack:
             "DependencyTableName": names["DependencyTableName"],
             "PayloadBucketName": names["PayloadBucketName"],
             "Prefix": self.prefix,
+            "StatusReportQueueUrl": report_url,
             **self._defaults,
         }
         sfn = self.client("stepfunctions")
@@ -245,12 +269,16 @@ class LocalStack:
                 name=f"{self.prefix}-{name}",
                 roleArn=ROLE_ARN,
                 definition=definitions.render(path, substitutions),
+                type=definitions.state_machine_type(name),
             )
             machines[name] = created["stateMachineArn"]
         self.outputs = {
             "ProcessQueueUrl": queue_url,
             "ProcessQueueArn": _queue_arn(sqs, queue_url),
             "ProcessDlqUrl": dlq_url,
+            "StatusReportQueueUrl": report_url,
+            "StatusReportQueueArn": _queue_arn(sqs, report_url),
+            "StatusReportDlqUrl": report_dlq_url,
             "StateTableName": names["StateTableName"],
             "DependencyTableName": names["DependencyTableName"],
             "DependencyStreamArn": stream_arn,
@@ -259,6 +287,24 @@ class LocalStack:
             "Region": self.region,
             "StateMachines": machines,
         }
+        if self.endpoint_url is not None:
+            self.outputs["EndpointUrl"] = self.endpoint_url
+
+    def _queue_with_dlq(self, sqs: Any, name: str, dlq_name: str) -> tuple[str, str]:
+        """A queue whose failed messages reach ``dlq_name`` after ``max_receive_count``."""
+        dlq_url = str(sqs.create_queue(QueueName=dlq_name)["QueueUrl"])
+        redrive = {
+            "deadLetterTargetArn": _queue_arn(sqs, dlq_url),
+            "maxReceiveCount": self._max_receive_count,
+        }
+        queue_url = sqs.create_queue(
+            QueueName=name,
+            Attributes={
+                "VisibilityTimeout": str(self._visibility_timeout),
+                "RedrivePolicy": json.dumps(redrive),
+            },
+        )["QueueUrl"]
+        return str(queue_url), dlq_url
 
     def _start_pumps(self) -> None:
         invoker = Invoker(self._stdout)
@@ -269,6 +315,15 @@ class LocalStack:
                 queue_arn=self.outputs["ProcessQueueArn"],
                 handler=invoker.wrap(process.lambda_handler),
                 region=self.region,
+            ),
+            "reports": SqsPump(
+                sqs=self.client("sqs"),
+                queue_url=self.outputs["StatusReportQueueUrl"],
+                queue_arn=self.outputs["StatusReportQueueArn"],
+                handler=invoker.wrap(update_state.lambda_handler),
+                region=self.region,
+                function_name="update-state",
+                name="reports",
             ),
             "executions": ExecutionPump(
                 sfn=self.client("stepfunctions"),

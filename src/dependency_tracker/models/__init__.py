@@ -11,7 +11,7 @@ from dependency_tracker.models.enums import (
     PayloadState,
     utcnow,
 )
-from dependency_tracker.models.events import InputDetails, StatusChange
+from dependency_tracker.models.events import InputDetails, StatusChange, StatusReport
 from dependency_tracker.models.items import (
     JOIN_PARTITION_PREFIX,
     JOIN_ROW_KEY,
@@ -94,6 +94,7 @@ __all__ = [
     "Resolution",
     "Row",
     "StatusChange",
+    "StatusReport",
     "TableItem",
     "WaitMessage",
     "WaiterItem",

@@ -59,3 +59,13 @@ class StatusChange(BaseModel):
         if self.status is ExecutionStatus.ABORTED:
             return self.error or "Aborted"
         return self.error
+
+
+class StatusReport(BaseModel):
+    """``{"status_report": {...}}``: an Express workflow reporting its own end.
+
+    The fields are those of the EventBridge event's ``detail`` (the workflow's
+    final states fill them from ``$$.Execution`` and their own output).
+    """
+
+    status_report: StatusChange

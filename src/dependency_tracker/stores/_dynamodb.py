@@ -40,3 +40,14 @@ def put_if_absent(client: DynamoDBClient, table: str, item: dict[str, Any], key:
             return False
         raise
     return True
+
+
+def update_if(client: DynamoDBClient, **request: Any) -> dict[str, Any] | None:
+    """``UpdateItem`` with a condition; the response, or None when the condition failed."""
+    try:
+        response: dict[str, Any] = client.update_item(**request)  # type: ignore[assignment]
+    except ClientError as exc:
+        if is_conditional_failure(exc):
+            return None
+        raise
+    return response

@@ -6,8 +6,6 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import ClientError
-
 from dependency_tracker.models import (
     JOIN_ROW_KEY,
     DependencyError,
@@ -21,7 +19,7 @@ from dependency_tracker.models import (
     row_from_item,
     utcnow,
 )
-from dependency_tracker.stores._dynamodb import is_conditional_failure, put_if_absent, values
+from dependency_tracker.stores._dynamodb import put_if_absent, update_if, values
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -80,6 +78,24 @@ class DependencyTable:
             if isinstance(row, WaiterItem):
                 yield row
 
+    def scan_pages(self, *, unnotified_only: bool = False) -> Iterator[list[Row]]:
+        """Every row of the table, one page at a time: a full ``Scan``, for operator tools.
+
+        The flows never scan. With ``unnotified_only`` DynamoDB drops rows that
+        have ``notified_at``: what is left are waiters and joins whose parent
+        has not been told yet, and every join membership row.
+        """
+        scan: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
+        if unnotified_only:
+            scan["FilterExpression"] = "attribute_not_exists(notified_at)"
+        while True:
+            response = self._client.scan(**scan)
+            yield [row_from_item(item) for item in response.get("Items", [])]
+            last = response.get("LastEvaluatedKey")
+            if not last:
+                return
+            scan["ExclusiveStartKey"] = last
+
     def pending_ids(self, payload_id: str) -> Iterator[list[str]]:
         """Pages of waiter ids of a payload that are still ``PROCESSING``."""
         for page in self._pages(payload_id, only_pending=True):
@@ -112,8 +128,9 @@ class DependencyTable:
                 names[f"#{name}"] = name
                 plain[name] = value
         extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
-        try:
-            self._client.update_item(
+        return (
+            update_if(
+                self._client,
                 TableName=self.table_name,
                 Key=_key(payload_id, waiter_id),
                 UpdateExpression="SET " + ", ".join(sets),
@@ -121,11 +138,8 @@ class DependencyTable:
                 ExpressionAttributeValues=values(**plain),
                 **extra,
             )
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return False
-            raise
-        return True
+            is not None
+        )
 
     def resolve_all(self, payload_id: str, resolution: Resolution) -> int:
         """Resolve every still-``PROCESSING`` waiter of a payload; returns how many moved."""
@@ -154,21 +168,17 @@ class DependencyTable:
             expression = "ADD failed :member SET updated_at = :now, failures.#member = :failure"
             names["#member"] = member
             plain["failure"] = {"state": resolution.state.value, "error": resolution.error}
-        try:
-            response = self._client.update_item(
-                TableName=self.table_name,
-                Key=_key(join_partition_for(join_id), JOIN_ROW_KEY),
-                UpdateExpression=expression,
-                ConditionExpression="attribute_exists(#quorum)",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values(**plain),
-                ReturnValues="ALL_NEW",
-            )
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return None
-            raise
-        return JoinItem.from_item(response["Attributes"])
+        response = update_if(
+            self._client,
+            TableName=self.table_name,
+            Key=_key(join_partition_for(join_id), JOIN_ROW_KEY),
+            UpdateExpression=expression,
+            ConditionExpression="attribute_exists(#quorum)",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values(**plain),
+            ReturnValues="ALL_NEW",
+        )
+        return None if response is None else JoinItem.from_item(response["Attributes"])
 
     def decide_join(
         self,
@@ -194,8 +204,9 @@ class DependencyTable:
             sets.append("winner = :winner")
             plain["winner"] = winner
         extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
-        try:
-            self._client.update_item(
+        return (
+            update_if(
+                self._client,
                 TableName=self.table_name,
                 Key=_key(join_partition_for(join_id), JOIN_ROW_KEY),
                 UpdateExpression="SET " + ", ".join(sets),
@@ -203,11 +214,8 @@ class DependencyTable:
                 ExpressionAttributeValues=values(**plain),
                 **extra,
             )
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return False
-            raise
-        return True
+            is not None
+        )
 
     def mark_notified(
         self, payload_id: str, waiter_id: str, *, outcome: str, retention_days: int
@@ -218,8 +226,9 @@ class DependencyTable:
         """
         now = utcnow()
         expires = int((now + timedelta(days=retention_days)).timestamp())
-        try:
-            self._client.update_item(
+        return (
+            update_if(
+                self._client,
                 TableName=self.table_name,
                 Key=_key(payload_id, waiter_id),
                 UpdateExpression=(
@@ -231,11 +240,8 @@ class DependencyTable:
                 ),
                 ExpressionAttributeValues=values(now=now, outcome=outcome, expires=expires),
             )
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return False
-            raise
-        return True
+            is not None
+        )
 
     def _pages(self, payload_id: str, *, only_pending: bool) -> Iterator[list[dict[str, Any]]]:
         query: dict[str, Any] = {

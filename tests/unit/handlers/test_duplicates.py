@@ -43,14 +43,7 @@ def workflows_arn(aws: Aws) -> str:
 def test_every_event_delivered_twice_resumes_each_parent_once(aws: Aws) -> None:
     # GIVEN pumps that hand every event to its handler twice
     pumps = Pumps.create(aws)
-    for pump in (pumps.sqs, pumps.executions, pumps.stream):
-        handler = pump.handler
-
-        def twice(event: dict[str, Any], context: Any, handler: Any = handler) -> Any:
-            handler(event, context)
-            return handler(event, context)
-
-        pump.handler = twice
+    pumps.deliver_twice()
     parent_arn = create_parent(aws)
     # WHEN two parents wait on one payload and a third arrives after it finished
     first = start_parent(aws, parent_arn, payload(), name="p1")

@@ -104,14 +104,7 @@ def test_two_joins_share_members_and_each_fires(aws: Aws) -> None:
 @pytest.mark.usefixtures("workflows")
 def test_duplicate_deliveries_fire_the_join_once(aws: Aws) -> None:
     pumps = Pumps.create(aws)
-    for pump in (pumps.sqs, pumps.executions, pumps.stream):
-        handler = pump.handler
-
-        def twice(event: dict[str, Any], context: Any, handler: Any = handler) -> Any:
-            handler(event, context)
-            return handler(event, context)
-
-        pump.handler = twice
+    pumps.deliver_twice()
     calls: list[str] = []
     from dependency_tracker import clients  # noqa: PLC0415  (the handlers' cached client)
 

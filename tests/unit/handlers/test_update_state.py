@@ -165,3 +165,22 @@ def test_success_stores_the_result_and_replays_it(aws: Aws, lambda_context: Loca
     replayed = aws.dependencies.get(payload_id(), waiter_id_for("t2"))
     assert replayed is not None
     assert (replayed.replayed, replayed.result_json) == (True, item.result_json)
+
+
+@pytest.mark.usefixtures("workflows")
+def test_express_status_reports_arrive_by_sqs(aws: Aws, lambda_context: LocalContext) -> None:
+    # GIVEN a running payload, and its workflow's own report of its end, next to garbage
+    execution = run_child(aws, lambda_context, payload(callback={"task_token": "t1"}))
+    detail = event_for(execution)["detail"]
+    report = {"status_report": detail}
+    event = sqs_event(report, "{not a report", ids=["good", "bad"])
+    # WHEN the reports are delivered
+    response = lambda_handler(event, lambda_context)
+    # THEN the good one is recorded like an EventBridge event, the bad one alone is retried
+    assert response == {"batchItemFailures": [{"itemIdentifier": "bad"}]}
+    item = aws.states.get(payload_id())
+    assert item is not None
+    assert item.state is PayloadState.SUCCEEDED
+    waiter = aws.dependencies.get(payload_id(), waiter_id_for("t1"))
+    assert waiter is not None
+    assert waiter.workflow_state is PayloadState.SUCCEEDED

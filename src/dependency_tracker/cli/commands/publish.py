@@ -1,0 +1,268 @@
+"""``dependency-tracker publish``: validate messages and send them to the process queue."""
+
+# No ``from __future__ import annotations``: Typer reads these annotations at runtime.
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dependency_tracker.cli import render
+from dependency_tracker.cli.options import Json, aws_command, fail
+from dependency_tracker.cli.target import Target
+from dependency_tracker.cli.views import payload_json, payload_table
+from dependency_tracker.errors import InvalidMessageError, UnknownWorkflowError
+from dependency_tracker.models import (
+    JoinMessage,
+    PayloadStateItem,
+    ProcessMessage,
+    ProcessPayload,
+    read_message,
+)
+
+# SQS limits: a message, and a SendMessageBatch request (10 entries).
+MAX_MESSAGE_BYTES = 256 * 1024
+_BATCH_ENTRIES = 10
+
+
+@dataclass
+class Publication:
+    """One message to send: where it came from and what it carries."""
+
+    source: str
+    body: str
+    kind: str
+    payloads: list[ProcessPayload] = field(default_factory=list)  # what it submits
+    waits_for: list[str] = field(default_factory=list)  # ``wait_for`` references
+    join_id: str | None = None
+    message_id: str | None = None
+
+    @property
+    def payload_ids(self) -> list[str]:
+        """Ids of the payloads the message is about."""
+        return [payload.id for payload in self.payloads] + self.waits_for
+
+    def reruns(self, payload_id: str) -> bool:
+        """True when this message makes a finished ``payload_id`` run again."""
+        return any(payload.replace for payload in self.payloads if payload.id == payload_id)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON view."""
+        return {
+            "source": self.source,
+            "kind": self.kind,
+            "payload_ids": self.payload_ids,
+            "join_id": self.join_id,
+            "message_id": self.message_id,
+        }
+
+
+@aws_command
+def publish(
+    target: Target,
+    *,
+    sources: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="FILE|-...",
+            help="JSON files (- for stdin): a payload, {payload, callback}, {url}, a join, "
+            "or a JSON array of those.",
+            show_default=False,
+        ),
+    ],
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Show progress until every payload is terminal.")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option(min=0, help="With --wait: give up after this many seconds.")
+    ] = 900,
+    poll: Annotated[float, typer.Option(min=0.05, hidden=True)] = 0.5,
+    check_workflows: Annotated[
+        bool,
+        typer.Option(help="Refuse payloads whose workflow has no {prefix}-{workflow} machine."),
+    ] = True,
+    json_output: Json = False,
+) -> None:
+    """Validate messages and send them to the process queue.
+
+    Everything is validated before anything is sent; an invalid message exits 3
+    with the reason. With --wait, exits 1 unless every payload succeeded.
+    """
+    publications = [
+        _validate(target, source, index, document)
+        for source in sources
+        for index, document in _documents(source)
+    ]
+    if check_workflows:
+        _check_workflows(target, publications)
+    # With --wait: what the payloads were before, to tell a new end from an old one.
+    before = target.states.batch_get(_ids(publications)) if wait else {}
+    _send(target, publications)
+    rows: list[tuple[str, PayloadStateItem | None]] = []
+    running: list[str] = []
+    if wait:
+        rows, running = _wait(target, publications, before, timeout=timeout, poll=poll)
+    _show(publications, rows, wait=wait, json_output=json_output)
+    if running:
+        fail(f"timed out after {timeout:g} s; not finished: {', '.join(running)}")
+    failed = [f"{pid} ({item.state})" for pid, item in rows if item and not item.state.is_success]
+    if failed:
+        fail(f"{len(failed)} of {len(rows)} payload(s) did not succeed: {', '.join(failed)}")
+
+
+def _documents(source: str) -> list[tuple[int | None, Any]]:
+    """The JSON documents in a source: one object, or each element of an array."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidMessageError(f"{source}: {exc.strerror or exc}") from exc
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidMessageError(f"{source}: not valid JSON: {exc}") from exc
+    if isinstance(document, list):
+        if not document:
+            raise InvalidMessageError(f"{source}: empty JSON array")
+        return list(enumerate(document))
+    return [(None, document)]
+
+
+def _validate(target: Target, source: str, index: int | None, document: Any) -> Publication:
+    name = "stdin" if source == "-" else source
+    where = name if index is None else f"{name}[{index}]"
+    body = json.dumps(document, separators=(",", ":"))
+    try:
+        message = read_message(body, load_url=target.bucket.read_url)
+    except InvalidMessageError as exc:
+        raise InvalidMessageError(f"{where}: {exc.reason}") from exc
+    size = len(body.encode("utf-8"))
+    if size > MAX_MESSAGE_BYTES:
+        reason = (
+            f"{where}: {size} bytes, SQS takes at most {MAX_MESSAGE_BYTES}: "
+            'store the payload in S3 and publish {"url": "s3://..."}'
+        )
+        raise InvalidMessageError(reason)
+    if isinstance(message, JoinMessage):
+        return Publication(where, body, "join", message.payloads, join_id=message.join_id)
+    if isinstance(message, ProcessMessage):
+        return Publication(where, body, "payload", [message.payload])
+    return Publication(where, body, "wait", waits_for=[message.payload_id])
+
+
+def _check_workflows(target: Target, publications: list[Publication]) -> None:
+    machines = target.state_machine_names()
+    for publication in publications:
+        for payload in publication.payloads:
+            name = f"{target.prefix}-{payload.workflow}"
+            if name not in machines:
+                raise UnknownWorkflowError(payload.workflow, name)
+
+
+def _send(target: Target, publications: list[Publication]) -> None:
+    sqs = target.client("sqs")
+    queue_url = target.process_queue_url
+    with render.progress() as bar:
+        task = bar.add_task("sending", total=len(publications))
+        for batch in _batches(publications):
+            response = sqs.send_message_batch(
+                QueueUrl=queue_url,
+                Entries=[{"Id": str(i), "MessageBody": p.body} for i, p in enumerate(batch)],
+            )
+            for sent in response.get("Successful", []):
+                batch[int(sent["Id"])].message_id = sent["MessageId"]
+            for failure in response.get("Failed", []):
+                where = batch[int(failure["Id"])].source
+                fail(f"SendMessageBatch: {where}: {failure.get('Code')}: {failure.get('Message')}")
+            bar.advance(task, len(batch))
+
+
+def _batches(publications: list[Publication]) -> list[list[Publication]]:
+    """Groups of at most 10 messages and 256 KiB, as SendMessageBatch requires."""
+    batches: list[list[Publication]] = []
+    size = 0
+    for publication in publications:
+        length = len(publication.body.encode("utf-8"))
+        if not batches or len(batches[-1]) == _BATCH_ENTRIES or size + length > MAX_MESSAGE_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(publication)
+        size += length
+    return batches
+
+
+def _ids(publications: list[Publication]) -> list[str]:
+    """Every payload id the messages name, once each, in order."""
+    return list(dict.fromkeys(pid for p in publications for pid in p.payload_ids))
+
+
+def _wait(
+    target: Target,
+    publications: list[Publication],
+    before: dict[str, PayloadStateItem],
+    *,
+    timeout: float,
+    poll: float,
+) -> tuple[list[tuple[str, PayloadStateItem | None]], list[str]]:
+    """Poll the state table until every payload ended; returns rows and the unfinished ids."""
+    expected = {
+        pid: (before.get(pid), any(p.reruns(pid) for p in publications))
+        for pid in _ids(publications)
+    }
+    deadline = time.monotonic() + timeout
+    with render.progress() as bar:
+        task = bar.add_task("waiting", total=len(expected))
+        while True:
+            items = target.states.batch_get(expected)
+            running = [
+                pid
+                for pid, (old, replace) in expected.items()
+                if not _new_end(items.get(pid), old, replace)
+            ]
+            done = len(expected) - len(running)
+            bar.update(task, completed=done, description=f"waiting ({len(running)} running)")
+            if not running or time.monotonic() >= deadline:
+                return [(pid, items.get(pid)) for pid in expected], running
+            time.sleep(poll)
+
+
+def _new_end(item: PayloadStateItem | None, old: PayloadStateItem | None, replace: bool) -> bool:
+    """True once ``item`` is the end of this submission, not a state from before it."""
+    if item is None or not item.state.is_terminal:
+        return False
+    if old is None:
+        return True
+    if item.updated_at != old.updated_at:
+        return True
+    # Unchanged and terminal: a replay, unless this submission runs it again.
+    return not (old.state.reruns or replace)
+
+
+def _show(
+    publications: list[Publication],
+    rows: list[tuple[str, PayloadStateItem | None]],
+    *,
+    wait: bool,
+    json_output: bool,
+) -> None:
+    if json_output:
+        data: dict[str, Any] = {"published": [p.to_json() for p in publications]}
+        if wait:
+            data["payloads"] = [payload_json(pid, item) for pid, item in rows]
+        render.emit_json(data)
+        return
+    console = render.stdout()
+    for publication in publications:
+        what = ", ".join(publication.payload_ids)
+        if publication.join_id is not None:
+            what = f"join {publication.join_id}: {what}"
+        console.print(
+            f"[green]sent[/] {render.escape_line(publication.source)} → "
+            f"{render.escape_line(what)} (message {publication.message_id})",
+            soft_wrap=True,
+        )
+    if wait:
+        console.print(payload_table(rows, title="results"))

@@ -1,0 +1,37 @@
+"""``dependency-tracker status``: state, attempts, executions, last error, stored result."""
+
+# No ``from __future__ import annotations``: Typer reads these annotations at runtime.
+
+from typing import Annotated
+
+import typer
+
+from dependency_tracker.cli import render
+from dependency_tracker.cli.options import Json, aws_command
+from dependency_tracker.cli.target import Target
+from dependency_tracker.cli.views import payload_card, payload_json
+from dependency_tracker.errors import PayloadNotFoundError
+
+
+@aws_command
+def status(
+    target: Target,
+    *,
+    payload_ids: Annotated[list[str], typer.Argument(metavar="PAYLOAD_ID...", show_default=False)],
+    json_output: Json = False,
+) -> None:
+    """Show payloads: state, attempts, executions, last error and stored result.
+
+    Exits 5 if a payload id is unknown (after showing the others).
+    """
+    found = target.states.batch_get(payload_ids)
+    rows = [(payload_id, found.get(payload_id)) for payload_id in dict.fromkeys(payload_ids)]
+    if json_output:
+        render.emit_json([payload_json(payload_id, item) for payload_id, item in rows])
+    else:
+        console = render.stdout()
+        for payload_id, item in rows:
+            console.print(payload_card(payload_id, item))
+    missing = [payload_id for payload_id, item in rows if item is None]
+    if missing:
+        raise PayloadNotFoundError(", ".join(missing))
