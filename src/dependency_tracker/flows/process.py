@@ -133,13 +133,19 @@ class ProcessFlow:
         """Register who waits, then make sure each payload runs once.
 
         Raises:
-            InvalidMessageError: A join reuses a ``join_id`` of another token.
+            InvalidMessageError: A join reuses a ``join_id`` of another token, or a
+                payload is too large to start and there is no bucket to pass it by.
             UnknownWorkflowError: No state machine for the workflow (retryable:
                 it may be deployed later; the claim stays for the next try).
             TransitionConflictError: The item kept changing under us (retryable).
         """
         if isinstance(message, JoinMessage):
+            for payload in message.payloads:
+                self._check_startable(payload, message.join.task_token)
             return self._handle_join(message)
+        if isinstance(message, ProcessMessage):
+            token = message.callback.task_token if message.callback else None
+            self._check_startable(message.payload, token)
         waiter_id = self._register(message)
         if isinstance(message, WaitMessage):
             return self._wait_only(message.payload_id, waiter_id)
@@ -372,6 +378,18 @@ class ProcessFlow:
             # a new submission: it must not run the payload again.
             return False
         return seen.state.reruns or payload.replace
+
+    def _check_startable(self, payload: ProcessPayload, task_token: str | None) -> None:
+        """Refuse, before anything is written, a payload no execution could take."""
+        if self._bucket.writable:
+            return
+        if len(payload.execution_input().encode("utf-8")) > MAX_INLINE_INPUT_BYTES:
+            raise InvalidMessageError(
+                f"payload {payload.id} exceeds the {MAX_INLINE_INPUT_BYTES}-byte execution "
+                "input limit and no payload bucket is configured",
+                task_token=task_token,
+                payload_id=payload.id,
+            )
 
     def _input(self, payload: ProcessPayload, attempt: int) -> str:
         """The execution input: the payload, or an S3 pointer when it is too large.

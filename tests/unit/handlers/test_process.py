@@ -363,3 +363,21 @@ def test_running_execution_keeps_its_claim_past_the_lease(
     item = aws.states.get(payload_id(workflow="hang"))
     assert item is not None
     assert (item.state, item.attempt) == (PayloadState.PROCESSING, 1)
+
+
+@pytest.mark.usefixtures("workflows")
+def test_oversize_payload_without_a_bucket_is_refused_before_any_claim(
+    aws: Aws, lambda_context: LocalContext
+) -> None:
+    # GIVEN no payload bucket (the unit settings have none) and a 300 KB payload with a waiter
+    big = payload("huge", callback={"task_token": "big-token"})
+    big["features"][0]["properties"] = {"blob": "x" * 300_000}
+    # WHEN it is processed THEN nothing is claimed and the parent is told
+    assert failures(lambda_handler(sqs_event(big, ids=["huge"]), lambda_context)) == []
+    assert aws.states.get(payload_id("huge")) is None
+    record = aws.states.get("invalid-message/huge")
+    assert record is not None
+    assert "execution input limit" in (record.last_error or "")
+    told = aws.dependencies.get("invalid-message/huge", waiter_id_for("big-token"))
+    assert told is not None
+    assert told.workflow_state is PayloadState.INVALID
