@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp
 
-.PHONY: venv constraints lint format test test-unit test-e2e demo check clean
+.PHONY: venv constraints lint format test test-unit test-e2e demo check clean bench bench-smoke chaos
 
 venv: $(STAMP)
 
@@ -45,3 +45,19 @@ check: lint test
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info src/*.egg-info
+
+# Benchmarks and cost model (docs/performance.md): about 15 minutes, writes bench/results.json.
+bench: venv
+	$(BIN)/python -m bench --output bench/results.json
+
+# The same, tiny and in one process (well under a minute); the CI runs it as tests/bench.
+bench-smoke: venv
+	$(BIN)/python -m bench --smoke --output $${TMPDIR:-/tmp}/deptrack-bench-smoke.json
+
+# Fault injection (tests/chaos): >= 200 parents, faults at random sites; prints the seed, the
+# faults injected by kind and the invariant results. CHAOS_SEED / CHAOS_PARENTS to vary it.
+CHAOS_SEED ?= 2026
+CHAOS_PARENTS ?= 200
+chaos: venv
+	DEPTRACK_CHAOS=1 DEPTRACK_CHAOS_SEED=$(CHAOS_SEED) DEPTRACK_CHAOS_PARENTS=$(CHAOS_PARENTS) \
+		$(BIN)/pytest tests/chaos/test_chaos.py -k big_chaos_run -q -p no:cacheprovider

@@ -1,0 +1,8 @@
+"""``python -m bench`` (see :mod:`bench.run`)."""
+
+import sys
+
+from bench.run import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""What ``make bench`` runs (``FULL``) and what the CI smoke test runs (``SMOKE``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+MAP = "map"
+JOIN = "join"
+POLL = "poll"
+PATTERNS = (MAP, JOIN, POLL)
+
+
+@dataclass(frozen=True)
+class PatternConfig:
+    """Three ways to wait on n dependencies, interleaved on one stack.
+
+    Time is scaled down: ``poll_seconds`` locally stands for
+    ``reference_poll_seconds`` in AWS, and the child's ``child_seconds`` for
+    ``child_seconds * scale``.
+    """
+
+    sizes: tuple[int, ...] = (1, 10, 100)
+    join_only_sizes: tuple[int, ...] = (1000,)
+    reps: tuple[tuple[int, int], ...] = ((1, 6), (10, 4), (100, 3), (1000, 1))
+    child_seconds: int = 2
+    poll_seconds: int = 1
+    reference_poll_seconds: int = 60
+    callback_timeout_seconds: int = 1800
+    run_timeout: float = 900.0
+
+    @property
+    def scale(self) -> float:
+        """How many seconds in AWS one local second stands for."""
+        return self.reference_poll_seconds / self.poll_seconds
+
+    def reps_for(self, n: int) -> int:
+        """Parents per pattern at size ``n``."""
+        return dict(self.reps).get(n, 1)
+
+
+@dataclass(frozen=True)
+class ThroughputConfig:
+    """Many parents on overlapping dependencies, all started at once.
+
+    Parent ``p`` waits on payloads ``stride*p .. stride*p + dependencies - 1``
+    (mod the pool), so every payload has ``dependencies / stride`` waiters and
+    ``1 - stride / dependencies`` of the edges find their payload already
+    claimed by another parent (50 % with stride 5 of 10).
+    """
+
+    scales: tuple[tuple[int, int], ...] = ((25, 10), (100, 10))
+    stride: int = 5
+    pattern: str = MAP
+    run_timeout: float = 900.0
+    # Samplers (per-thread CPU, queue depth) run this often; each sample costs CPU.
+    profile_interval: float = 1.0
+
+
+@dataclass(frozen=True)
+class CalibrationConfig:
+    """Timing each moto operation an edge needs, in isolation."""
+
+    calls: int = 60
+    waiters_per_payload: int = 2
+
+
+@dataclass(frozen=True)
+class HandlerConfig:
+    """Handler costs: update-state resolving many waiters, process on a batch."""
+
+    waiters: tuple[int, ...] = (1, 100, 1000)
+    reps: int = 3
+    batch: int = 10
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One benchmark run."""
+
+    name: str
+    patterns: PatternConfig = field(default_factory=PatternConfig)
+    throughput: ThroughputConfig = field(default_factory=ThroughputConfig)
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
+    handlers: HandlerConfig = field(default_factory=HandlerConfig)
+    # Run each section in a fresh process (own peak memory, no leftover threads).
+    isolate: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data, for results.json."""
+        return asdict(self)
+
+
+FULL = BenchConfig(name="full")
+
+SMOKE = BenchConfig(
+    name="smoke",
+    patterns=PatternConfig(
+        sizes=(1, 3),
+        join_only_sizes=(5,),
+        reps=((1, 1), (3, 1), (5, 1)),
+        child_seconds=1,
+        run_timeout=60.0,
+    ),
+    throughput=ThroughputConfig(scales=((4, 2),), stride=1, run_timeout=60.0),
+    calibration=CalibrationConfig(calls=3),
+    handlers=HandlerConfig(waiters=(1, 5), reps=1, batch=3),
+    isolate=False,
+)

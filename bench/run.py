@@ -1,0 +1,262 @@
+"""``python -m bench``: run every section, print the tables, write ``results.json``.
+
+Sections run one after the other, each in a fresh process by default (its own
+peak memory, no threads left over from the previous one): the three waiting
+designs, the throughput scales, the calibration of the engine bound (sized
+from the largest throughput scale), the handler costs. The cost model and the
+targets are computed from their results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import resource
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench import calibrate, costs, handlers, patterns, report, throughput
+from bench.config import FULL, JOIN, MAP, POLL, SMOKE, BenchConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results.json"
+PACKAGES = ("moto", "boto3", "botocore", "aws-lambda-powertools", "pydantic")
+SECTIONS = ("patterns", "throughput", "calibration", "handlers")
+TARGET_JOIN_N = 100
+
+
+def emit(message: str) -> None:
+    """Progress on stderr (the tables go to stdout)."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def _in_section(function: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """Run one section and add this process's peak memory to its result."""
+    started = time.perf_counter()
+    result = function(*args, log=emit)
+    result["section_s"] = round(time.perf_counter() - started, 1)
+    result["process_peak_rss_mib"] = round(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
+    )
+    return result
+
+
+def section(
+    config: BenchConfig, name: str, function: Callable[..., dict[str, Any]], *args: Any
+) -> dict[str, Any]:
+    """One section, in a fresh (spawned) process when ``config.isolate``."""
+    emit(f"[{name}]")
+    if not config.isolate:
+        return _in_section(function, *args)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        return pool.submit(_in_section, function, *args).result()
+
+
+def _token_chars() -> int:
+    return int(costs.assumption(costs.load_prices(), "aws_task_token_chars"))
+
+
+def _scale(
+    parents: int, dependencies: int, config: Any, *, log: Callable[[str], None]
+) -> dict[str, Any]:
+    return throughput.run_scale(parents, dependencies, config, log=log)
+
+
+def collect(config: BenchConfig, only: set[str] | None = None) -> dict[str, Any]:
+    """Every section's results, the cost model and the targets."""
+    started = time.perf_counter()
+    wanted = only or set(SECTIONS)
+    results: dict[str, Any] = {"meta": meta(config)}
+    if "patterns" in wanted:
+        results["patterns"] = section(
+            config, "patterns", patterns.run, config.patterns, _token_chars()
+        )
+    if "throughput" in wanted or "calibration" in wanted:
+        results["throughput"] = run_throughput(config, calibrated="calibration" in wanted)
+        if "calibration" in results["throughput"]:
+            results["calibration"] = results["throughput"].pop("calibration")
+    if "handlers" in wanted:
+        results["handlers"] = section(config, "handlers", handlers.run, config.handlers)
+    if "patterns" in results:
+        results["costs"] = costs.model(results["patterns"])
+    results["targets"] = evaluate(results)
+    results["meta"]["duration_s"] = round(time.perf_counter() - started, 1)
+    return results
+
+
+def run_throughput(config: BenchConfig, *, calibrated: bool) -> dict[str, Any]:
+    """Each scale (a failed scale is recorded, not fatal), then the engine bound."""
+    scales: list[dict[str, Any]] = []
+    for parents, dependencies in config.throughput.scales:
+        label = f"{parents} parents x {dependencies}"
+        try:
+            result = section(
+                config, f"throughput {label}", _scale, parents, dependencies, config.throughput
+            )
+        except Exception as exc:  # noqa: BLE001  (the largest scale the engine sustains is a result)
+            emit(f"  {label} failed: {exc!r}")
+            scales.append({"label": label, "parents": parents, "error": repr(exc)})
+            continue
+        result["label"] = label
+        scales.append(result)
+    done = [scale for scale in scales if "error" not in scale]
+    out: dict[str, Any] = {"scales": scales}
+    if not done:
+        return out
+    largest = max(done, key=lambda scale: scale["edges"])
+    out["largest"] = largest
+    if calibrated:
+        calibration = section(
+            config,
+            "calibration",
+            calibrate.run,
+            config.calibration,
+            calibrate.sizes_of(largest),
+        )
+        bound = calibrate.bound(calibrate.mix_of(largest), calibration["per_call_ms"])
+        out["calibration"] = calibration
+        out["bound"] = bound
+        achieved = float(largest["edges_per_s"])
+        out["ratio"] = {
+            key: round(achieved / value, 3) if value else None
+            for key, value in bound["edges_per_s"].items()
+        }
+    return out
+
+
+def meta(config: BenchConfig) -> dict[str, Any]:
+    """Where and with what the benchmark ran."""
+    versions: dict[str, str | None] = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "versions": versions,
+        "config": config.as_dict(),
+        "peak_memory_source": "resource.getrusage(RUSAGE_SELF).ru_maxrss, per section process",
+    }
+
+
+def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets, reported (never asserted)."""
+    targets: list[dict[str, Any]] = []
+    summary = {
+        (row["pattern"], row["n"]): row for row in results.get("patterns", {}).get("summary", [])
+    }
+    common = sorted(n for (pattern, n) in summary if pattern == MAP and (JOIN, n) in summary)
+    n = TARGET_JOIN_N if TARGET_JOIN_N in common else (common[-1] if common else None)
+    if n is not None:
+        join, map_ = summary[(JOIN, n)], summary[(MAP, n)]
+        ratio = map_["transitions"] / join["transitions"]
+        targets.append(
+            {
+                "name": "join_transitions",
+                "target": f"join uses >= 10x fewer transitions than Map at n = {TARGET_JOIN_N}",
+                "measured": f"{ratio:.1f}x at n = {n} "
+                f"({map_['transitions']:g} vs {join['transitions']:g})",
+                "value": round(ratio, 2),
+                "met": ratio >= 10,
+            }
+        )
+    if "costs" in results:
+        targets.extend(_callback_targets(summary, results["costs"]["ten_minute_wait_transitions"]))
+    section = results.get("throughput", {})
+    if section.get("ratio"):
+        ratio = section["ratio"]["calls"]
+        targets.append(
+            {
+                "name": "throughput_vs_bound",
+                "target": "local pipeline reaches >= 1/2 of the engine bound (moto calls per edge)",
+                "measured": f"{ratio:.2f} ({section['largest']['edges_per_s']:.2f} of "
+                f"{section['bound']['edges_per_s']['calls']:.2f} edges/s, "
+                f"{section['largest']['label']})",
+                "value": ratio,
+                "met": ratio >= 0.5,
+            }
+        )
+    rows = results.get("handlers", {}).get("update_state", [])
+    largest = max(rows, key=lambda row: row["waiters"], default=None)
+    if largest is not None:
+        seconds = largest["seconds"]["p50"]
+        targets.append(
+            {
+                "name": "update_state_waiters",
+                "target": "update-state resolves 1,000 waiters in < 5 s locally",
+                "measured": f"{seconds:.2f} s for {largest['waiters']} waiters",
+                "value": seconds,
+                "met": largest["waiters"] >= 1000 and seconds < 5,
+            }
+        )
+    return targets
+
+
+def _callback_targets(
+    summary: dict[tuple[str, int], dict[str, Any]], ten_minutes: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    fewer = {row["n"]: row for row in ten_minutes}
+    out = []
+    for pattern in (MAP, JOIN):
+        details, met = [], True
+        for n in sorted(fewer):
+            row, poll = summary.get((pattern, n)), summary.get((POLL, n))
+            if row is None or poll is None:
+                continue
+            ours = row["resume_latency_s"]["from_child_stop"]
+            theirs = poll["resume_latency_s"]["from_child_stop"]
+            fast = ours["p50"] <= theirs["p50"] and ours["p95"] <= theirs["p95"]
+            ratio = fewer[n][f"{pattern}_fewer_by"]
+            met = met and fast and ratio >= 10
+            details.append(
+                f"n={n}: p50 {ours['p50']:.2f} vs {theirs['p50']:.2f} s, "
+                f"p95 {ours['p95']:.2f} vs {theirs['p95']:.2f} s, {ratio:.1f}x fewer"
+            )
+        out.append(
+            {
+                "name": f"{pattern}_vs_polling",
+                "target": f"{pattern}: resumes at least as fast as polling (p50 and p95) with "
+                ">= 10x fewer transitions over a 10-minute wait",
+                "measured": "; ".join(details),
+                "met": met,
+            }
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m bench``."""
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, one process (CI)")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="results.json path")
+    parser.add_argument(
+        "--only", action="append", choices=SECTIONS, help="run only this section (repeatable)"
+    )
+    parser.add_argument("--no-isolate", action="store_true", help="run sections in this process")
+    args = parser.parse_args(argv)
+    config = SMOKE if args.smoke else FULL
+    if args.no_isolate:
+        config = BenchConfig(**{**config.__dict__, "isolate": False})
+    results = collect(config, set(args.only) if args.only else None)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    if {"patterns", "throughput", "calibration", "handlers"} <= set(results):
+        sys.stdout.write(report.render(results))
+    emit(f"results written to {args.output}")
+    return 0

@@ -1,0 +1,112 @@
+"""The embedded stack as the benchmark uses it: the baseline parent, payloads, waiting."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+from typing import Any
+
+from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
+
+from dependency_tracker import definitions
+from dependency_tracker.local import LocalStack
+from dependency_tracker.local.stack import ROLE_ARN
+from dependency_tracker.models import ProcessPayload
+
+CHILD = "simulate"
+MAP_MACHINE = "wait-for-dependencies"
+JOIN_MACHINE = "wait-for-join"
+POLL_MACHINE = "poll-for-dependencies"
+BASELINE_DEFINITION = Path(__file__).resolve().parent / "stepfunctions" / f"{POLL_MACHINE}.asl.json"
+COLLECTION = "bench"
+
+
+def local_stack(*, idle_pumps: bool = False) -> LocalStack:
+    """A quiet embedded stack; ``idle_pumps`` parks the pumps (for isolated timings).
+
+    With idle pumps every pump runs one (empty) round at start and then sleeps
+    for an hour, so nothing but the caller touches moto.
+    """
+    return LocalStack(
+        sink=io.StringIO(),
+        log_level="WARNING",
+        poll_interval=3600.0 if idle_pumps else 0.05,
+        default_max_concurrency=0,
+        default_timeout_seconds=3600,
+    )
+
+
+def warm_interpreter(stack: LocalStack) -> None:
+    """Create, once, the clients moto's interpreter creates for every service task.
+
+    moto makes a new boto3 client (from boto3's default session) for every
+    ``sqs:sendMessage`` or ``dynamodb:getItem`` task. The first one scans
+    botocore's data directory, and the scan is cached only once it finished:
+    when hundreds of Map iterations start together on a cold cache, every one
+    of them scans (a cache stampede that costs minutes of CPU and made the
+    throughput run bimodal, 2.8 or 8.1 edges/s). Steady state is what we
+    measure, so the cache is warmed first.
+    """
+    for service in ("sqs", "dynamodb"):
+        boto_client_for(stack.region, service)
+
+
+def register_baseline(stack: LocalStack) -> str:
+    """Create the polling parent (``bench/stepfunctions``) on the stack; its ARN.
+
+    It is named ``{prefix}-poll-for-dependencies`` like our parents, so the
+    tracker sees its status changes exactly as it sees theirs.
+    """
+    outputs = stack.outputs
+    substitutions = {
+        "ProcessQueueUrl": str(outputs["ProcessQueueUrl"]),
+        "StateTableName": str(outputs["StateTableName"]),
+        "DependencyTableName": str(outputs["DependencyTableName"]),
+        "Prefix": str(outputs["Prefix"]),
+    }
+    created = stack.client("stepfunctions").create_state_machine(
+        name=f"{stack.prefix}-{POLL_MACHINE}",
+        roleArn=ROLE_ARN,
+        definition=definitions.render(BASELINE_DEFINITION, substitutions),
+    )
+    return str(created["stateMachineArn"])
+
+
+def payload(item: str, *, seconds: int | None) -> dict[str, Any]:
+    """A payload for the ``simulate`` child: waits ``seconds`` then succeeds.
+
+    ``seconds=None`` gives the shortest child (no Wait state at all).
+    """
+    process: dict[str, Any] = {"workflow": CHILD}
+    if seconds is not None:
+        process["tasks"] = {"simulate": {"seconds": seconds}}
+    return {
+        "type": "FeatureCollection",
+        "features": [{"type": "Feature", "id": item, "collection": COLLECTION}],
+        "process": [process],
+    }
+
+
+def payload_id(document: dict[str, Any]) -> str:
+    """The tracker's id of a payload (the cirrus rule)."""
+    return ProcessPayload.model_validate(document).id
+
+
+def wait_stopped(
+    sfn: Any, execution_arn: str, *, timeout: float, every: float = 0.05
+) -> dict[str, Any]:
+    """``DescribeExecution`` once the execution is no longer running.
+
+    Raises:
+        TimeoutError: Still running after ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        described: dict[str, Any] = sfn.describe_execution(executionArn=execution_arn)
+        if described["status"] != "RUNNING":
+            return described
+        if time.monotonic() > deadline:
+            msg = f"{execution_arn} still running after {timeout} s"
+            raise TimeoutError(msg)
+        time.sleep(every)
