@@ -10,6 +10,7 @@ targets are computed from their results.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = SMOKE if args.smoke else FULL
     if args.no_isolate:
-        config = BenchConfig(**{**config.__dict__, "isolate": False})
+        config = dataclasses.replace(config, isolate=False)
     results = collect(config, set(args.only) if args.only else None)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
