@@ -109,27 +109,9 @@ class Pumps:
 
         def quiet() -> bool:
             moved = self.pump()
-            return moved == 0 and not self._managed_running() and self._queue_empty()
+            return moved == 0 and not managed_running(self.aws) and queue_empty(self.aws)
 
         wait_until(quiet, timeout=timeout)
-
-    def _managed_running(self) -> bool:
-        for machine in self.aws.sfn.list_state_machines()["stateMachines"]:
-            if not machine["name"].startswith(f"{PREFIX}-"):
-                continue
-            running = self.aws.sfn.list_executions(
-                stateMachineArn=machine["stateMachineArn"], statusFilter="RUNNING"
-            )["executions"]
-            if running:
-                return True
-        return False
-
-    def _queue_empty(self) -> bool:
-        attributes = self.aws.sqs.get_queue_attributes(
-            QueueUrl=self.aws.queue_url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        return all(int(value) == 0 for value in attributes.values())
 
 
 def create_parent(aws: Aws, timeout_seconds: int = 60) -> str:
@@ -170,3 +152,25 @@ def queue_bodies(aws: Aws) -> list[dict[str, Any]]:
             break
         bodies.extend(json.loads(m["Body"]) for m in messages)
     return bodies
+
+
+def managed_running(aws: Aws) -> bool:
+    """True while any execution of a ``{prefix}-`` state machine runs."""
+    for machine in aws.sfn.list_state_machines()["stateMachines"]:
+        if not machine["name"].startswith(f"{PREFIX}-"):
+            continue
+        running = aws.sfn.list_executions(
+            stateMachineArn=machine["stateMachineArn"], statusFilter="RUNNING"
+        )["executions"]
+        if running:
+            return True
+    return False
+
+
+def queue_empty(aws: Aws) -> bool:
+    """True when the process queue holds no message, visible or in flight."""
+    attributes = aws.sqs.get_queue_attributes(
+        QueueUrl=aws.queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return all(int(value) == 0 for value in attributes.values())

@@ -38,7 +38,7 @@ from dependency_tracker.models import (
 from dependency_tracker.tokens import token_hash
 from tests.chaos.faults import Crash, FakeParents, FaultInjector, Sent, running
 from tests.conftest import PASS_WORKFLOW, PREFIX, Aws, payload, payload_id
-from tests.harness import Pumps
+from tests.harness import Pumps, managed_running, queue_empty
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -316,7 +316,7 @@ class ChaosRun:
         """
         moved = int(self.pumps.sqs.pump_once())
         deadline = time.monotonic() + timeout
-        while self._running():
+        while managed_running(self.aws):
             if time.monotonic() > deadline:
                 msg = f"child executions still running after {timeout:.0f}s"
                 raise TimeoutError(msg)
@@ -334,8 +334,8 @@ class ChaosRun:
                 moved
                 or any(self.pumps.stream._pending.values())
                 or self.pumps.executions._failures
-                or self._running()
-                or not self._queue_empty()
+                or managed_running(self.aws)
+                or not queue_empty(self.aws)
             )
             quiet = 0 if busy else quiet + 1
             if time.monotonic() > deadline:
@@ -343,25 +343,6 @@ class ChaosRun:
                 raise TimeoutError(msg)
             if not moved:
                 time.sleep(0.02)
-
-    def _running(self) -> bool:
-        sfn = self.aws.sfn
-        for machine in sfn.list_state_machines()["stateMachines"]:
-            if (
-                machine["name"].startswith(f"{PREFIX}-")
-                and sfn.list_executions(
-                    stateMachineArn=machine["stateMachineArn"], statusFilter="RUNNING"
-                )["executions"]
-            ):
-                return True
-        return False
-
-    def _queue_empty(self) -> bool:
-        attributes = self.aws.sqs.get_queue_attributes(
-            QueueUrl=self.aws.queue_url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        return all(int(value) == 0 for value in attributes.values())
 
     # ------------------------------------------------------------- checking
 
