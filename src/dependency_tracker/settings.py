@@ -18,12 +18,14 @@ ENV_WAITER_RETENTION_DAYS = "DEPTRACK_WAITER_RETENTION_DAYS"
 ENV_PAYLOAD_BUCKET = "DEPTRACK_PAYLOAD_BUCKET"
 ENV_CLAIM_LEASE_SECONDS = "DEPTRACK_CLAIM_LEASE_SECONDS"
 ENV_PROCESS_QUEUE_URL = "DEPTRACK_PROCESS_QUEUE_URL"
+ENV_CYCLE_DEPTH = "DEPTRACK_CYCLE_DEPTH"
 ENV_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
 ENV_SERVICE_NAME = "POWERTOOLS_SERVICE_NAME"
 
 DEFAULT_PREFIX = "deptrack"
 DEFAULT_METRICS_NAMESPACE = "DependencyTracker"
 DEFAULT_SERVICE_NAME = "dependency-tracker"
+DEFAULT_CYCLE_DEPTH = 10
 
 
 class Settings(BaseModel, frozen=True):
@@ -40,6 +42,8 @@ class Settings(BaseModel, frozen=True):
         process_queue_url: Where the next step of a chained payload is published.
         claim_lease_seconds: After this long a live attempt whose execution is no
             longer running may be taken over; set it above the workflows' longest run.
+        cycle_depth: Longest wait cycle refused with ``DependencyCycle``, counted in
+            payloads (A waits on B waits on A is 2); 0 turns the check off.
     """
 
     state_table: str
@@ -50,6 +54,7 @@ class Settings(BaseModel, frozen=True):
     payload_bucket: str | None = None
     claim_lease_seconds: int = Field(default=86_400, ge=1)
     process_queue_url: str | None = None
+    cycle_depth: int = Field(default=DEFAULT_CYCLE_DEPTH, ge=0)
 
     @classmethod
     def from_env(cls, **overrides: object) -> Self:
@@ -75,6 +80,11 @@ class Settings(BaseModel, frozen=True):
                 if not number.isdigit() or int(number) < 1:
                     raise ConfigurationError(variable, "must be a positive integer")
                 values[field] = int(number)
+        depth = os.getenv(ENV_CYCLE_DEPTH)
+        if depth:
+            if not depth.isdigit():
+                raise ConfigurationError(ENV_CYCLE_DEPTH, "must be a non-negative integer")
+            values["cycle_depth"] = int(depth)
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls.model_validate(values)
 

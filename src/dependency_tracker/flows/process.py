@@ -26,6 +26,7 @@ from dependency_tracker.errors import (
     UnknownWorkflowError,
 )
 from dependency_tracker.flows._text import clip
+from dependency_tracker.flows.cycles import Cycle, CycleGuard
 from dependency_tracker.models import (
     JOIN_ROW_KEY,
     DependencyError,
@@ -47,6 +48,7 @@ from dependency_tracker.models import (
 )
 from dependency_tracker.observability import logger, metrics, redact_token
 from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
+from dependency_tracker.stores.wait_edges import WaitEdges
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
@@ -82,6 +84,7 @@ class ProcessAction(StrEnum):
     REPLAYED = "replayed"  # already finished: the waiter was resolved from the stored state
     INVALID = "invalid"  # the message was recorded as invalid
     JOINED = "joined"  # a join was registered and each member started, replayed or left
+    REFUSED = "refused"  # the wait would close a dependency cycle: DependencyCycle sent
 
     @property
     def metric_name(self) -> str:
@@ -100,12 +103,22 @@ class ProcessFlow:
         dependencies: DependencyTable,
         sfn: SFNClient,
         bucket: PayloadBucket,
+        cycles: CycleGuard | None = None,
     ) -> None:
         self.settings = settings
         self.states = states
         self.dependencies = dependencies
         self._sfn = sfn
         self._bucket = bucket
+        self.cycles = cycles or CycleGuard(
+            states=states,
+            edges=WaitEdges(
+                dependencies.client,
+                dependencies.table_name,
+                retention_days=settings.waiter_retention_days,
+            ),
+            max_length=settings.cycle_depth,
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
@@ -147,6 +160,8 @@ class ProcessFlow:
             token = message.callback.task_token if message.callback else None
             self._check_startable(message.payload, token)
         waiter_id = self._register(message)
+        if waiter_id is not None and self._refuse_cycle(message, waiter_id):
+            return ProcessAction.REFUSED
         if isinstance(message, WaitMessage):
             return self._wait_only(message.payload_id, waiter_id)
         return self._settle(message.payload, message.message_id, waiter_id)
@@ -219,6 +234,24 @@ class ProcessFlow:
         return ProcessAction.INVALID
 
     # ------------------------------------------------------------------ steps
+
+    def _count(self, action: ProcessAction, subject: str) -> None:
+        logger.info("processed", extra={"action": action.value, "payload_id": subject})
+        metrics.add_metric(name=action.metric_name, unit=MetricUnit.Count, value=1)
+
+    def _refuse_cycle(self, message: ProcessMessage | WaitMessage, waiter_id: str) -> bool:
+        """Turn the wait down with ``DependencyCycle`` if it closes a cycle."""
+        waiter = message.callback.waiter_payload_id if message.callback else None
+        if waiter is None:
+            return False
+        cycle = self.cycles.admit(waiter, [message.payload_id], via=waiter_id)
+        if cycle is None:
+            return False
+        self.dependencies.refuse(
+            message.payload_id, waiter_id, DependencyError.CYCLE, _cycle_cause(cycle)
+        )
+        self._count(ProcessAction.REFUSED, message.payload_id)
+        return True
 
     def _register(self, message: ProcessMessage | WaitMessage) -> str | None:
         if message.callback is None:
@@ -320,9 +353,22 @@ class ProcessFlow:
                     error_name=DependencyError.INVALID_JOIN,
                 )
             # A redelivery: carry on, every step below is idempotent.
+        membership_id = membership_id_for(join_id)
+        if join.waiter_payload_id is not None:
+            members = [payload.id for payload in message.payloads]
+            cycle = self.cycles.admit(join.waiter_payload_id, members, via=membership_id)
+            if cycle is not None:
+                # Refused before any membership exists: no member is started for it.
+                self.dependencies.decide_join(
+                    join_id,
+                    PayloadState.FAILED,
+                    error=DependencyError.CYCLE,
+                    cycle=list(cycle.path),
+                )
+                self._count(ProcessAction.REFUSED, join_id)
+                return ProcessAction.REFUSED
         if message.duplicates:
             logger.warning("duplicate payloads in join", extra={"duplicates": message.duplicates})
-        membership_id = membership_id_for(join_id)
         for payload in message.payloads:
             self.dependencies.register(
                 MembershipItem(
@@ -433,6 +479,10 @@ class ProcessFlow:
         except TransitionConflictError:
             # Another invocation recorded it, or it already finished: both fine.
             logger.info("execution already recorded", extra={"execution_arn": execution_arn})
+
+
+def _cycle_cause(cycle: Cycle) -> str:
+    return f"waiting would close a dependency cycle: {cycle.describe()}"
 
 
 def _parent_execution_of(body: str) -> str | None:

@@ -13,11 +13,13 @@ from dependency_tracker.models.enums import (
 )
 from dependency_tracker.models.events import InputDetails, StatusChange, StatusReport
 from dependency_tracker.models.items import (
+    EDGE_PARTITION_PREFIX,
     JOIN_PARTITION_PREFIX,
     JOIN_ROW_KEY,
     MEMBERSHIP_KEY_PREFIX,
     WAITER_KEY_PREFIX,
     DependencyRow,
+    EdgeItem,
     InvalidMessageItem,
     JoinItem,
     MemberFailure,
@@ -27,6 +29,9 @@ from dependency_tracker.models.items import (
     Row,
     TableItem,
     WaiterItem,
+    edge_id_for,
+    edge_partition_for,
+    is_edge_item,
     join_partition_for,
     membership_id_for,
     row_from_item,
@@ -60,6 +65,7 @@ from dependency_tracker.models.payload import (
 )
 
 __all__ = [
+    "EDGE_PARTITION_PREFIX",
     "INVALID_INPUT_ERRORS",
     "JOIN_ID_PATTERN",
     "JOIN_PARTITION_PREFIX",
@@ -74,6 +80,7 @@ __all__ = [
     "CallbackSuccess",
     "DependencyError",
     "DependencyRow",
+    "EdgeItem",
     "ExecutionStatus",
     "FailedMember",
     "Feature",
@@ -98,6 +105,9 @@ __all__ = [
     "TableItem",
     "WaitMessage",
     "WaiterItem",
+    "edge_id_for",
+    "edge_partition_for",
+    "is_edge_item",
     "join_partition_for",
     "keyed_payload_id",
     "membership_id_for",

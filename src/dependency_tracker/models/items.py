@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 from typing import Any, Literal, Self
 
@@ -224,6 +225,7 @@ class JoinItem(DependencyRow):
     winner: str | None = None
     parent_execution: str | None = None
     waiter_payload_id: str | None = None
+    cycle: list[str] | None = None  # set when the join was refused with DependencyCycle
 
     @field_validator("succeeded", "failed", mode="before")
     @classmethod
@@ -256,6 +258,51 @@ class JoinItem(DependencyRow):
         """Members with no outcome yet, in member order."""
         done = set(self.succeeded) | set(self.failed)
         return [member for member in self.members if member not in done]
+
+
+EDGE_PARTITION_PREFIX = "waits#"
+
+
+def edge_partition_for(waiter_payload_id: str) -> str:
+    """Partition of the wait edges going out of a waiting payload."""
+    return f"{EDGE_PARTITION_PREFIX}{waiter_payload_id}"
+
+
+def edge_id_for(via: str, depends_on: str) -> str:
+    """Sort key of one edge: the waiting row's id and a hash of the payload waited on.
+
+    Hashed because a payload id may be longer than the 1 KiB sort key limit
+    allows next to a waiter id; the id itself is kept in ``depends_on``.
+    """
+    digest = hashlib.sha256(depends_on.encode("utf-8")).hexdigest()[:32]
+    return f"{via}>{digest}"
+
+
+class EdgeItem(TableItem):
+    """``waiter_payload_id`` waits on ``depends_on`` through the row ``via``.
+
+    Edges live under their own partition (``waits#{waiter}``) so the cycle check
+    can follow them forward with strongly consistent ``Query`` calls. They are
+    not waiter rows: they never turn terminal, so the stream filter drops them.
+    """
+
+    payload_id: str  # edge_partition_for(waiter_payload_id)
+    waiter_id: str  # edge_id_for(via, depends_on)
+    waiter_payload_id: str
+    depends_on: str
+    via: str
+    # The waiter's attempt when it started waiting: a later attempt of the same
+    # payload does not inherit the waits of an earlier one.
+    waiter_attempt: int | None = None
+    created_at: datetime
+    expiration_time: int
+
+
+def is_edge_item(item: dict[str, Any]) -> bool:
+    """True for an attribute-value map (or plain image) of an :class:`EdgeItem`."""
+    key = item.get("payload_id")
+    text = key.get("S") if isinstance(key, dict) else key
+    return isinstance(text, str) and text.startswith(EDGE_PARTITION_PREFIX)
 
 
 Row = WaiterItem | MembershipItem | JoinItem

@@ -65,6 +65,7 @@ class JoinSummary(BaseModel):
     pending: list[str]
     winner: str | None = None
     duplicates: list[str] = []
+    cycle: list[str] | None = None  # only when the join was refused with DependencyCycle
 
     @classmethod
     def of(cls, join: JoinItem) -> JoinSummary:
@@ -88,6 +89,7 @@ class JoinSummary(BaseModel):
             pending=join.pending(),
             winner=join.winner if join.quorum == 1 else None,
             duplicates=join.duplicates,
+            cycle=join.cycle,
         )
 
     def to_json(self) -> str:
@@ -95,4 +97,6 @@ class JoinSummary(BaseModel):
         exclude = {"winner"} if self.quorum != 1 else set()
         if not self.duplicates:
             exclude.add("duplicates")
+        if self.cycle is None:
+            exclude.add("cycle")
         return self.model_dump_json(exclude=exclude)

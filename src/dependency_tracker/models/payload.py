@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 WORKFLOW_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 # Keys the tracker uses for its own rows; a payload id cannot take them.
-RESERVED_ID_PREFIXES = ("join#", "invalid-message/")
+RESERVED_ID_PREFIXES = ("join#", "waits#", "invalid-message/")
 
 
 class Feature(BaseModel):

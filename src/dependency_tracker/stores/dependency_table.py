@@ -15,6 +15,7 @@ from dependency_tracker.models import (
     Resolution,
     Row,
     WaiterItem,
+    is_edge_item,
     join_partition_for,
     row_from_item,
     utcnow,
@@ -44,6 +45,11 @@ class DependencyTable:
         self._client = client
         self.table_name = table_name
         self._resolve_concurrency = max(1, resolve_concurrency)
+
+    @property
+    def client(self) -> DynamoDBClient:
+        """The low-level client (stores over the same table share it)."""
+        return self._client
 
     def register(self, row: DependencyRow) -> bool:
         """Write a row unless it exists; returns False for a duplicate delivery."""
@@ -90,7 +96,8 @@ class DependencyTable:
             scan["FilterExpression"] = "attribute_not_exists(notified_at)"
         while True:
             response = self._client.scan(**scan)
-            yield [row_from_item(item) for item in response.get("Items", [])]
+            items = response.get("Items", [])
+            yield [row_from_item(item) for item in items if not is_edge_item(item)]
             last = response.get("LastEvaluatedKey")
             if not last:
                 return
@@ -141,6 +148,38 @@ class DependencyTable:
             is not None
         )
 
+    def refuse(
+        self, payload_id: str, waiter_id: str, error_name: DependencyError, cause: str
+    ) -> bool:
+        """Turn down a still-``PROCESSING`` wait: the parent gets ``error_name``.
+
+        The row ends ``INVALID`` (the wait, not the payload, is at fault) and
+        the stream handler sends ``SendTaskFailure`` with ``error_name``.
+        Returns False when the row had already been resolved.
+        """
+        now = utcnow()
+        return (
+            update_if(
+                self._client,
+                TableName=self.table_name,
+                Key=_key(payload_id, waiter_id),
+                UpdateExpression=(
+                    "SET workflow_state = :state, error_name = :name, #error = :name, "
+                    "#cause = :cause, resolved_at = :now, updated_at = :now"
+                ),
+                ConditionExpression="workflow_state = :processing",
+                ExpressionAttributeNames={"#error": "error", "#cause": "cause"},
+                ExpressionAttributeValues=values(
+                    state=PayloadState.INVALID.value,
+                    name=error_name.value,
+                    cause=cause,
+                    now=now,
+                    processing=PayloadState.PROCESSING.value,
+                ),
+            )
+            is not None
+        )
+
     def resolve_all(self, payload_id: str, resolution: Resolution) -> int:
         """Resolve every still-``PROCESSING`` waiter of a payload; returns how many moved."""
 
@@ -187,6 +226,7 @@ class DependencyTable:
         *,
         error: DependencyError | None = None,
         winner: str | None = None,
+        cycle: list[str] | None = None,
     ) -> bool:
         """Turn a join terminal, once; False if it already was (it fires only once)."""
         sets = ["workflow_state = :state", "resolved_at = :now", "updated_at = :now"]
@@ -203,6 +243,10 @@ class DependencyTable:
         if winner is not None:
             sets.append("winner = :winner")
             plain["winner"] = winner
+        if cycle is not None:
+            sets.append("#cycle = :cycle")
+            names["#cycle"] = "cycle"
+            plain["cycle"] = cycle
         extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
         return (
             update_if(
