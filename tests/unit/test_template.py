@@ -7,6 +7,10 @@ exceed) the calls the code makes, and event filters that differ from the ones
 local mode applies. The template is read with cfn-lint's decoder and its
 intrinsic functions are resolved for one account and region
 (``template_contract.cfn``).
+
+The security checks also cover the grants SAM adds to the roles it generates
+(``template_contract.iam``) and hold docs/security.md's tables to the template
+(``template_contract.markdown``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from dependency_tracker.stores import StateTable
 from dependency_tracker.stores import schema as table_schema
 from tests.conftest import load_event, payload, wait_until
 from tests.unit.handlers.conftest import sqs_event
+from tests.unit.template_contract import iam, markdown
 from tests.unit.template_contract.cfn import (
     ACCOUNT,
     LOG_DELIVERY_ACTIONS,
@@ -146,15 +151,6 @@ def test_cfn_lint_reports_no_errors() -> None:
     found = lint_file(TEMPLATE_PATH)
     errors = [f"{m.rule.id} line {m.linenumber}: {m.message}" for m in found]
     assert [e for e in errors if e.startswith("E")] == []
-
-
-def test_every_action_is_named_and_star_resources_are_only_log_delivery(stack: Stack) -> None:
-    for logical_id in [*FUNCTIONS, *stack.of_type(STATE_MACHINE)]:
-        for statement in stack.statements(logical_id):
-            assert statement.effect == "Allow"
-            assert not [a for a in statement.actions if "*" in a], (logical_id, statement.sid)
-            if "*" in statement.resources:
-                assert set(statement.actions) <= LOG_DELIVERY_ACTIONS, (logical_id, statement.sid)
 
 
 # ---------------------------------------------------------------------- functions and code
@@ -489,14 +485,239 @@ def test_process_queue_redrives_and_outlasts_the_function(stack: Stack) -> None:
     assert mapping["MaximumBatchingWindowInSeconds"] == {"Ref": "ProcessBatchingWindowSeconds"}
 
 
-def test_every_queue_and_the_bucket_are_encrypted(stack: Stack) -> None:
-    for logical_id in stack.of_type("AWS::SQS::Queue"):
-        properties = stack.resolved_properties(logical_id)
-        assert properties.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in properties
-    bucket = stack.resolved_properties("PayloadBucket")
-    assert bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
-    assert set(bucket["PublicAccessBlockConfiguration"].values()) == {True}
-    assert bucket["LifecycleConfiguration"]["Rules"]
+# ---------------------------------------------------------------------- security, as documented
+
+SECURITY_DOC = ROOT / "docs" / "security.md"
+# Parameter values under which every conditional resource and statement exists.
+EVERYTHING_ON = {
+    "ExtraParentStateMachineArns": f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:my-parent",
+    "ExtraPayloadReadArns": "arn:aws:s3:::shared-payloads/incoming/*",
+    "AlarmEmail": "ops@example.com",
+}
+# The only actions any role may hold on Resource "*". True: AWS offers no narrower
+# resource for the action (no resource-level permissions). False: a narrower resource
+# exists, but the grant comes from an AWS-managed policy SAM attaches to the roles it
+# generates (docs/security.md, "Known gaps"). The template's own statements may use "*"
+# only for True entries. Every entry must have its row in docs/security.md.
+STAR_RESOURCE_ACTIONS: dict[str, bool] = {
+    # AWSXrayWriteOnlyAccess (Tracing on the functions and the state machines)
+    "xray:PutTraceSegments": True,
+    "xray:PutTelemetryRecords": True,
+    "xray:GetSamplingRules": True,
+    "xray:GetSamplingTargets": True,
+    "xray:GetSamplingStatisticSummaries": True,
+    # Step Functions log delivery (the state machines' DeliverExecutionLogs)
+    "logs:CreateLogDelivery": True,
+    "logs:GetLogDelivery": True,
+    "logs:UpdateLogDelivery": True,
+    "logs:DeleteLogDelivery": True,
+    "logs:ListLogDeliveries": True,
+    "logs:PutResourcePolicy": True,
+    "logs:DescribeResourcePolicies": True,
+    "logs:DescribeLogGroups": True,
+    # AWSLambdaDynamoDBExecutionRole (the callback function's stream)
+    "dynamodb:ListStreams": True,
+    "dynamodb:DescribeStream": False,
+    "dynamodb:GetRecords": False,
+    "dynamodb:GetShardIterator": False,
+    # AWSLambdaSQSQueueExecutionRole (the process and update-state queues)
+    "sqs:ReceiveMessage": False,
+    "sqs:DeleteMessage": False,
+    "sqs:GetQueueAttributes": False,
+    # AWSLambdaBasicExecutionRole (every function) and the two policies above
+    "logs:CreateLogGroup": False,
+    "logs:CreateLogStream": False,
+    "logs:PutLogEvents": False,
+}
+# Resource types that keep data, with what makes each encrypted at rest.
+ENCRYPTED_AT_REST: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "AWS::SQS::Queue": lambda p: p.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in p,
+    "AWS::DynamoDB::Table": lambda p: p.get("SSESpecification", {}).get("SSEEnabled") is True,
+    "AWS::S3::Bucket": lambda p: all(
+        rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in {"AES256", "aws:kms"}
+        for rule in p["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    ),
+    "AWS::SNS::Topic": lambda p: "KmsMasterKeyId" in p,
+    # CloudWatch Logs encrypts every log group at rest; a KmsKeyId only changes the key.
+    "AWS::Logs::LogGroup": lambda p: int(p["RetentionInDays"]) > 0,
+}
+# Data stores deliberately left without SSE; docs/security.md names each and says why.
+UNENCRYPTED_BY_DESIGN = {"AlarmTopic"}
+# Resource types that keep no data of their own (or whose service always encrypts it).
+NO_DATA_AT_REST = {
+    "AWS::Serverless::Function",  # code and resource names; Lambda encrypts both
+    "AWS::Serverless::StateMachine",  # execution history: Step Functions encrypts it
+    "AWS::SQS::QueuePolicy",
+    "AWS::S3::BucketPolicy",
+    "AWS::CloudWatch::Alarm",
+}
+
+
+def security_doc(title: str) -> str:
+    return markdown.section(SECURITY_DOC.read_text(encoding="utf-8"), title)
+
+
+def grant_stacks(template: dict[str, Any]) -> list[Stack]:
+    return [Stack(template), Stack(template, EVERYTHING_ON)]
+
+
+def test_every_grant_names_each_action(template: dict[str, Any]) -> None:
+    for stack in grant_stacks(template):
+        grants = iam.role_grants(stack)
+        holders = {grant.holder for grant in grants}
+        assert holders >= {*FUNCTIONS, *stack.of_type(STATE_MACHINE)}
+        for grant in grants:
+            where = (grant.holder, grant.source)
+            assert grant.effect == "Allow", where
+            assert not {"NotAction", "NotResource", "NotPrincipal"} & set(grant.raw), where
+            assert grant.actions, where
+            assert grant.resources, where
+            # no "*", no "dynamodb:*", no "dynamodb:Get*": one API action each
+            assert [a for a in grant.actions if not iam.is_named_action(a)] == [], where
+
+
+def test_star_resources_are_the_documented_allow_list(template: dict[str, Any]) -> None:
+    star: dict[str, set[iam.Grant]] = {}
+    for stack in grant_stacks(template):
+        for grant in iam.role_grants(stack):
+            if "*" in grant.resources:
+                for action in grant.actions:
+                    star.setdefault(action, set()).add(grant)
+    # GIVEN every action some role holds on Resource "*"
+    # THEN it is one of the allow-list, and every entry is still needed
+    assert sorted(set(star) - set(STAR_RESOURCE_ACTIONS)) == [], "a new wildcard resource"
+    assert sorted(set(STAR_RESOURCE_ACTIONS) - set(star)) == [], "a stale allow-list entry"
+    # AND the template's own statements use "*" only where AWS leaves no choice
+    own = sorted(
+        (grant.holder, grant.source, action)
+        for action, grants in star.items()
+        for grant in grants
+        if not grant.sam_managed and not STAR_RESOURCE_ACTIONS[action]
+    )
+    assert own == []
+    # AND each entry has one row in docs/security.md, saying whether AWS requires "*" and why
+    rows = markdown.table_rows(security_doc("Wildcard resources"))
+    for action, required in STAR_RESOURCE_ACTIONS.items():
+        found = [row for row in rows if action in markdown.code_spans(" ".join(row))]
+        assert len(found) == 1, f"docs/security.md needs one row for {action}"
+        *_, answer, reason = found[0]
+        assert answer.lower().startswith("yes" if required else "no"), action
+        assert len(reason) > 20, f"say why {action} is on *"
+
+
+def test_scoped_resources_stay_inside_the_stack(template: dict[str, Any]) -> None:
+    stack = Stack(template, OTHER_STACK)
+    prefix = f"{stack.parameter('Prefix')}-"
+    outside = []
+    for grant in iam.role_grants(stack):
+        for resource in grant.resources:
+            if resource == "*":
+                continue  # test_star_resources_are_the_documented_allow_list
+            fixed = re.split(r"[*?]", resource, maxsplit=1)[0]
+            if prefix not in fixed:
+                outside.append((grant.holder, grant.source, resource))
+    # every ARN names this stack's resources before any wildcard in it
+    assert outside == []
+
+
+def test_docs_list_every_statement_of_every_role(template: dict[str, Any]) -> None:
+    stack = Stack(template, EVERYTHING_ON)
+    grants = iam.role_grants(stack)
+    ids = set(stack.resources)
+
+    def parse(rows: list[list[str]]) -> dict[str, tuple[set[str], set[str]]]:
+        """Source (first code span of the first cell) → (roles, actions) of each row."""
+        return {
+            markdown.code_spans(source)[0]: (
+                {span for span in markdown.code_spans(roles) if span in ids},
+                {span for span in markdown.code_spans(actions) if iam.is_named_action(span)},
+            )
+            for source, roles, actions, *_ in rows
+        }
+
+    # the template's own statements: one row per holder and Sid, with exactly its actions
+    own = markdown.table_rows(security_doc("Statements in the template"))
+    documented = {}
+    for row in own:
+        (holder,) = markdown.code_spans(row[0])
+        (sid,) = markdown.code_spans(row[1])
+        documented[holder, sid] = {s for s in markdown.code_spans(row[2]) if iam.is_named_action(s)}
+    expected = {
+        (grant.holder, grant.source.removeprefix("Policies/")): set(grant.actions)
+        for grant in grants
+        if grant.source.startswith("Policies/")
+    }
+    assert documented == expected
+    # what SAM adds: one row per managed policy or destination, naming its holders and actions
+    added: dict[str, tuple[set[str], set[str]]] = {}
+    for grant in grants:
+        if not grant.source.startswith("Policies/"):
+            source = grant.source.removeprefix("managed/")
+            holders, actions = added.setdefault(source, (set(), set()))
+            holders.add(grant.holder)
+            actions.update(grant.actions)
+    assert parse(markdown.table_rows(security_doc("Added by SAM"))) == added
+
+
+def test_resource_policies_grant_named_actions_and_the_bucket_refuses_plain_http(
+    stack: Stack,
+) -> None:
+    statements = iam.resource_policy_statements(stack)
+    for logical_id, statement in statements:
+        if statement["Effect"] == "Deny":
+            continue  # a deny may be as wide as it likes
+        actions = (
+            statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        )
+        assert all(iam.is_named_action(a) for a in actions), logical_id
+        assert statement["Principal"] not in ("*", {"AWS": "*"}), logical_id
+        assert "Condition" in statement, f"{logical_id}: scope a service principal to its source"
+    # GIVEN the payload bucket
+    bucket = stack.physical("PayloadBucket")
+    arn = bucket.attributes["Arn"]
+    policies = [
+        stack.resolved_properties(p)
+        for p in stack.of_type("AWS::S3::BucketPolicy")
+        if stack.resolved_properties(p)["Bucket"] == bucket.ref
+    ]
+    (policy,) = policies
+    # THEN every request over plain HTTP is denied, on the bucket and on each object
+    assert {
+        "Effect": "Deny",
+        "Principal": "*",
+        "Action": "s3:*",
+        "Resource": [arn, f"{arn}/*"],
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    } in [{k: v for k, v in s.items() if k != "Sid"} for s in policy["PolicyDocument"]["Statement"]]
+    # AND nothing about it is public
+    properties = stack.resolved_properties("PayloadBucket")
+    assert set(properties["PublicAccessBlockConfiguration"].values()) == {True}
+    assert len(properties["PublicAccessBlockConfiguration"]) == 4
+    assert properties["OwnershipControls"] == {
+        "Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]
+    }
+    assert properties["LifecycleConfiguration"]["Rules"]
+
+
+def test_every_data_store_is_encrypted_at_rest(template: dict[str, Any]) -> None:
+    stack = Stack(template, EVERYTHING_ON)
+    doc = security_doc("Data at rest")
+    kinds = {resource["Type"] for resource in stack.resources.values()}
+    assert sorted(kinds - set(ENCRYPTED_AT_REST) - NO_DATA_AT_REST) == [], (
+        "classify the new resource type: does it keep data, and how is it encrypted?"
+    )
+    for kind, encrypted in ENCRYPTED_AT_REST.items():
+        for logical_id in stack.of_type(kind):
+            # each store is named in docs/security.md, with its encryption
+            assert f"`{logical_id}`" in doc, f"docs/security.md, Data at rest: {logical_id}"
+            properties = stack.resolved_properties(logical_id)
+            if logical_id in UNENCRYPTED_BY_DESIGN:
+                assert not encrypted(properties), f"{logical_id} is encrypted now: update the doc"
+            else:
+                assert encrypted(properties), logical_id
+    assert stack.of_type("AWS::SQS::Queue")
+    assert stack.of_type("AWS::DynamoDB::Table")
+    assert stack.of_type("AWS::S3::Bucket")
 
 
 # ---------------------------------------------------------------------- event sources
@@ -881,8 +1102,9 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(deployment: Deploymen
 
     # AND the paths the parents did not take: an S3 pointer, a late waiter on a finished
     # payload (replay), an invalid message with a token, a join delivered twice, a
-    # result too large to keep inline (it goes to the bucket), a two-step chain, and a
-    # payload too large for an execution input (it goes by reference)
+    # result too large to keep inline (it goes to the bucket), a two-step chain, a
+    # payload too large for an execution input (it goes by reference), and two payloads
+    # waiting on each other (the second wait is refused with DependencyCycle)
     process_handler = recorder.handler(stack, "ProcessFunction")
     bucket = stack.physical("PayloadBucket").ref
     deployment.s3.put_object(Bucket=bucket, Key="p/d.json", Body=json.dumps(simulated("d")))
@@ -901,6 +1123,9 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(deployment: Deploymen
     huge["features"][0]["properties"] = {"blob": "x" * 300_000}  # over the execution limit
     chained = simulated("chained")
     chained["process"].append({"workflow": "simulate", "collections": ["next-step"]})
+    x_id, y_id = (ProcessPayload.model_validate(simulated(n)).id for n in ("x", "y"))
+    x_waits = {**simulated("y"), "callback": {**late, "task_token": "x", "waiter_payload_id": x_id}}
+    y_waits = {**simulated("x"), "callback": {**late, "task_token": "y", "waiter_payload_id": y_id}}
     for body, message_id in [
         ({"url": f"s3://{bucket}/p/d.json"}, "s3-pointer"),
         (big, "big-result"),
@@ -911,6 +1136,8 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(deployment: Deploymen
         (join, "join"),
         (join, "join"),
         (lost, "lost-join"),
+        (x_waits, "x-waits"),
+        (y_waits, "y-waits"),
     ]:
         assert process_handler(sqs_event(body, ids=[message_id])) == {"batchItemFailures": []}
     # AND a repeated status change whose input EventBridge left out
