@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import Counter
 from datetime import timedelta
 from enum import StrEnum, unique
@@ -211,7 +212,7 @@ class ProcessFlow:
                 last_error=clip(error.reason),
                 message_id=message_id,
                 claimed_payload_id=error.payload_id,
-                body_excerpt=body[:MAX_BODY_EXCERPT],
+                body_excerpt=redact_tokens(body, error.task_token)[:MAX_BODY_EXCERPT],
                 expiration_time=int(expires.timestamp()),
             )
         )
@@ -479,6 +480,18 @@ class ProcessFlow:
         except TransitionConflictError:
             # Another invocation recorded it, or it already finished: both fine.
             logger.info("execution already recorded", extra={"execution_arn": execution_arn})
+
+
+# A "task_token" field, plain or inside an SNS envelope's escaped JSON; tokens are
+# base64-like, so the value ends at the first quote or backslash.
+_TOKEN_FIELD = re.compile(r'(\\?"task_token\\?"\s*:\s*\\?")([^"\\]*)')
+
+
+def redact_tokens(body: str, task_token: str | None) -> str:
+    """The body with every task token replaced by its hash (tokens are never stored as text)."""
+    if task_token:
+        body = body.replace(task_token, redact_token(task_token) or "")
+    return _TOKEN_FIELD.sub(lambda m: m.group(1) + (redact_token(m.group(2)) or ""), body)
 
 
 def _cycle_cause(cycle: Cycle) -> str:

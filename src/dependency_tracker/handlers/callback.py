@@ -46,8 +46,12 @@ def record_handler(record: DynamoDBRecord) -> None:
     with logger.append_context_keys(sequence_number=record.dynamodb.sequence_number):
         try:
             row = row_from_plain(image)
-        except ValidationError:
-            logger.exception("stream image is not a waiter row")
+        except ValidationError as exc:
+            # Not logger.exception: the message would quote the image, token included.
+            logger.error(
+                "stream image is not a waiter row",
+                extra={"errors": exc.errors(include_url=False, include_input=False)},
+            )
             metrics.add_metric(name="InvalidWaiterImages", unit=MetricUnit.Count, value=1)
             raise
         callback_flow().handle(row)
