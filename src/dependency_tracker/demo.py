@@ -30,12 +30,17 @@ POLL_SECONDS = 0.2
 
 @dataclass(frozen=True)
 class Dependency:
-    """A child payload for ``simulate`` (or ``simulate-express``)."""
+    """A child payload for ``simulate`` (or ``simulate-express``).
+
+    With ``waits_for`` it is a nested parent instead: its workflow is
+    ``wait-for-dependencies``, waiting (as itself) on that payload id.
+    """
 
     item: str
     seconds: int = 0
     outcome: str = "succeed"
     workflow: str = CHILD_WORKFLOW
+    waits_for: str | None = None
 
     @property
     def payload_id(self) -> str:
@@ -44,6 +49,15 @@ class Dependency:
 
     def payload(self) -> dict[str, Any]:
         """The process payload that makes the child take ``seconds`` and end in ``outcome``."""
+        if self.waits_for is not None:
+            return {
+                "type": "FeatureCollection",
+                "features": [{"type": "Feature", "id": self.item, "collection": COLLECTION}],
+                "process": [{"workflow": PARENT_WORKFLOW}],
+                "payload_id": self.payload_id,
+                "dependencies": [{"wait_for": self.waits_for}],
+                "timeout_seconds": 30,
+            }
         simulate = {"seconds": self.seconds, "outcome": self.outcome}
         return {
             "type": "FeatureCollection",
@@ -133,6 +147,20 @@ def build_scenario(
             expected_error="DependencyTimedOut",
         ),
     ]
+    cases.append(
+        Parent(
+            "cycle",
+            (
+                Dependency(
+                    "loop",
+                    workflow=PARENT_WORKFLOW,
+                    waits_for=f"{COLLECTION}/workflow-{PARENT_WORKFLOW}/cycle",
+                ),
+            ),
+            "its dependency waits on it: refused (DependencyCycle), no deadlock",
+            expected_error="DependencyFailed",
+        )
+    )
     slow_member = Dependency("q-slow", seconds=6)
     cases += [
         Parent(
@@ -218,6 +246,7 @@ class Snapshot:
     states: dict[str, PayloadState | None] = field(default_factory=dict)
     executions: dict[str, int] = field(default_factory=dict)
     waiters: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -292,6 +321,7 @@ class _Run:
             item = items.get(dependency.payload_id)
             snap.states[dependency.item] = None if item is None else item.state
             snap.executions[dependency.item] = 0 if item is None else len(item.executions)
+            snap.errors[dependency.item] = None if item is None else item.last_error
         return snap
 
     def _finished_before_done(self) -> bool:
@@ -359,6 +389,15 @@ def _problems(scenario: Scenario, final: Snapshot) -> list[str]:
             problems.append(f"dependency {item}: {count} executions, expected exactly 1")
     for status in final.parents:
         problems.extend(_join_problems(status))
+    for dependency in scenario.dependencies:
+        if (
+            dependency.waits_for is not None
+            and final.errors.get(dependency.item) != "DependencyCycle"
+        ):
+            problems.append(
+                f"dependency {dependency.item}: expected its wait to be refused with "
+                f"DependencyCycle, got {final.errors.get(dependency.item)}"
+            )
     replay = next((s for s in final.parents if s.parent.name == "replay"), None)
     if replay is not None and replay.output is not None:
         replayed = {d["payload_id"]: d["replayed"] for d in replay.output["dependencies"]}

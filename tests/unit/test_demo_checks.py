@@ -50,3 +50,17 @@ def test_wrong_outcomes_and_double_executions_are_problems() -> None:
     assert "dependency shared-a: 2 executions, expected exactly 1" in problems
     assert "parent fails: expected DependencyFailed, got SUCCEEDED" in problems
     assert "parent impatient: expected DependencyTimedOut, got SUCCEEDED" in problems
+
+
+def test_a_cycle_that_was_not_refused_is_a_problem() -> None:
+    scenario = build_scenario(parents=0, dependencies=1, join_members=0)
+    cycle = next(p for p in scenario.parents if p.name == "cycle")
+    (loop,) = cycle.dependencies
+    assert loop.waits_for == f"demo/workflow-wait-for-dependencies/{cycle.name}"
+    assert loop.payload()["dependencies"] == [{"wait_for": loop.waits_for}]
+    snap = Snapshot(elapsed=1.0, parents=[ParentStatus(cycle, status="FAILED")])
+    snap.errors[loop.item] = "DependencyTimedOut"
+    problems = _problems(scenario, snap)
+    assert any("loop: expected its wait to be refused with DependencyCycle" in p for p in problems)
+    snap.errors[loop.item] = "DependencyCycle"
+    assert not any("loop:" in p for p in _problems(scenario, snap))
