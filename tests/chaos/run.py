@@ -4,6 +4,9 @@ Parents are task tokens (:class:`~tests.chaos.faults.FakeParents` plays Step
 Functions' side of them). Each one waits on one dependency, on a k-of-n join
 over several, or (``wait_for``) on the second step a two-step payload chains
 to. Dependencies succeed, fail or are invalid, and many parents share each.
+A few parents (:class:`Ring`) wait on each other in a dependency cycle, naming
+their ``waiter_payload_id``: of each cycle at least one wait must be refused
+with ``DependencyCycle``, and the others may only wait.
 The messages go to the process queue; the harness pumps (real handlers over
 moto) run them while :class:`~tests.chaos.faults.FaultInjector` throttles,
 fails, races and crashes the handlers' own AWS calls, and some deliveries are
@@ -29,7 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 from dependency_tracker import clients, settings
 from dependency_tracker.models import (
+    DependencyError,
+    JoinItem,
     PayloadState,
+    WaiterItem,
+    edge_id_for,
+    edge_partition_for,
+    is_edge_item,
     join_partition_for,
     membership_id_for,
     row_from_item,
@@ -59,6 +68,16 @@ WORKFLOW_WEIGHTS = {"pass": 0.55, "chain": 0.15, "fail": 0.2, "invalid": 0.1}
 WINS = frozenset({"pass", "chain"})
 CHAIN_STEP = "chain2"
 FAILURE_ERRORS = {"fail": "DependencyFailed", "invalid": "DependencyInvalid"}
+# Dependency cycles: this share more parents (at least one ring of each shape) wait on each
+# other in rings. Shapes, by the parents in them: "pair" (a waits on b, b on a), "join" (a
+# quorum-1 join whose waiter is j, over one payload w whose wait is on j), "triangle" (a on
+# b on c on a) and "self" (a waits on itself). The first rings are one of each, in that
+# order; the rest are drawn by weight.
+CYCLE_SHARE = 0.05
+RING_SIZES = {"pair": 2, "join": 2, "triangle": 3, "self": 1}
+RING_WEIGHTS = {"pair": 0.4, "join": 0.2, "triangle": 0.25, "self": 0.15}
+CYCLE = DependencyError.CYCLE.value
+TOKEN_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
 
 @dataclass
@@ -70,6 +89,30 @@ class Parent:
     quorum: int | None  # None: a single wait (Map pattern), else a join
     expected_error: str | None  # None: SendTaskSuccess
     wait_for: str | None = None  # a wait-only parent: the payload id it waits on
+    ring: Ring | None = None  # a parent in a dependency cycle (checked on its own)
+    position: int = 0  # ... its place in the ring: it waits as ring.ids[position]
+
+
+@dataclass(frozen=True)
+class Ring:
+    """Parents waiting on each other in a cycle: the parent at ``i`` waits, as ``ids[i]``,
+    on ``ids[i + 1]`` (the last on ``ids[0]``). None of the ids is a payload the tracker
+    runs (so each counts as live and its waits never end otherwise), except the "join"
+    shape's member ``ids[1]``, which the join starts if it is let through.
+    """
+
+    index: int
+    shape: str
+    ids: tuple[str, ...]
+    member: str | None = None  # "join": the item id of the join's one payload (ids[1])
+
+    def waits_on(self, position: int) -> str:
+        return self.ids[(position + 1) % len(self.ids)]
+
+    def cycle_from(self, position: int) -> list[str]:
+        """The cycle a refused wait at ``position`` reports: itself round to itself."""
+        rotated = self.ids[position:] + self.ids[:position]
+        return [*rotated, self.ids[position]]
 
 
 @dataclass
@@ -79,6 +122,7 @@ class Report:
     seed: int
     parents: int
     dependencies: int
+    cycle_parents: int
     faults: dict[str, int]
     invariants: dict[str, list[str]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
@@ -92,6 +136,7 @@ class Report:
         lines = [
             (
                 f"chaos seed={self.seed} parents={self.parents} "
+                f"(+{self.cycle_parents} in dependency cycles) "
                 f"dependencies={self.dependencies} seconds={self.seconds:.1f}"
             ),
             "faults injected: "
@@ -104,6 +149,10 @@ class Report:
             lines.append(f"invariant {name}: {verdict}")
             lines.extend(f"    {problem}" for problem in problems[:10])
         return "\n".join(lines)
+
+
+def random_token(rng: random.Random, prefix: str) -> str:
+    return prefix + "".join(rng.choices(TOKEN_ALPHABET, k=300))
 
 
 def make_parents(rng: random.Random, parents: int, dependencies: int) -> dict[str, str]:
@@ -133,6 +182,8 @@ class ChaosRun:
         self.rng = random.Random(seed)
         self.deps = make_parents(self.rng, parents, dependencies)
         self.parents = [self._parent(index, join_share) for index in range(parents)]
+        # On top of the others (which stay those of the seed): about CYCLE_SHARE more.
+        self.rings = self._rings(max(sum(RING_SIZES.values()), round(parents * CYCLE_SHARE)))
         self.fake = FakeParents(tokens={p.token for p in self.parents})
         self.injector = FaultInjector(
             seed=seed,
@@ -155,9 +206,7 @@ class ChaosRun:
 
     def _parent(self, index: int, join_share: float) -> Parent:
         rng = self.rng
-        token = f"AQB-chaos-{self.seed}-{index:04d}-" + "".join(
-            rng.choices("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", k=300)
-        )
+        token = random_token(rng, f"AQB-chaos-{self.seed}-{index:04d}-")
         items = sorted(self.deps)
         chains = [item for item in items if self.deps[item] == "chain"]
         roll = rng.random()
@@ -172,6 +221,40 @@ class ChaosRun:
             return Parent(token, [member], None, None, wait_for=payload_id(member, CHAIN_STEP))
         (member,) = rng.sample(items, 1)
         return Parent(token, [member], None, FAILURE_ERRORS.get(self.deps[member]))
+
+    def _rings(self, budget: int) -> list[Ring]:
+        """Rings of parents waiting on each other, ``budget`` parents in all, spread among
+        the others at random places (so over every wave, in any order).
+
+        Drawn from their own generator: the other parents stay those of the seed.
+        """
+        rng = random.Random(f"{self.seed}|cycles")
+        rings: list[Ring] = []
+        members: list[Parent] = []
+        while budget > 0:
+            shapes = [s for s in RING_WEIGHTS if RING_SIZES[s] <= budget]
+            if len(rings) < len(RING_SIZES) and list(RING_SIZES)[len(rings)] in shapes:
+                shape = list(RING_SIZES)[len(rings)]
+            else:
+                shape = rng.choices(shapes, [RING_WEIGHTS[s] for s in shapes])[0]
+            k = len(rings)
+            if shape == "join":
+                item = f"loop-{self.seed}-{k}-w"
+                ids: tuple[str, ...] = (f"loop/{self.seed}/{k}/j", payload_id(item, "pass"))
+                ring = Ring(k, shape, ids, member=item)
+            else:
+                letters = "abc"[: RING_SIZES[shape]]
+                ring = Ring(k, shape, tuple(f"loop/{self.seed}/{k}/{x}" for x in letters))
+            rings.append(ring)
+            for position in range(len(ring.ids)):
+                letter = ("jw" if shape == "join" else "abc")[position]
+                token = random_token(rng, f"AQB-chaos-{self.seed}-loop{k}{letter}-")
+                quorum = 1 if shape == "join" and position == 0 else None
+                members.append(Parent(token, [], quorum, CYCLE, ring=ring, position=position))
+            budget -= len(ring.ids)
+        for parent in members:
+            self.parents.insert(rng.randint(0, len(self.parents)), parent)
+        return rings
 
     @property
     def dead_tokens(self) -> set[str]:
@@ -189,6 +272,8 @@ class ChaosRun:
     def _body(self, index: int, parent: Parent) -> dict[str, Any]:
         execution = f"arn:aws:states:us-east-1:123456789012:execution:parent:p{index}"
         callback = {"task_token": parent.token, "parent_execution": execution}
+        if parent.ring is not None:
+            return self._ring_body(parent, parent.ring, callback)
         if parent.wait_for is not None:
             return {"wait_for": parent.wait_for, "callback": callback}
         if parent.quorum is None:
@@ -202,6 +287,22 @@ class ChaosRun:
             },
             "payloads": [self._payload(m) for m in parent.members],
         }
+
+    @staticmethod
+    def _ring_body(parent: Parent, ring: Ring, callback: dict[str, str]) -> dict[str, Any]:
+        waiter = ring.ids[parent.position]
+        if parent.quorum is None:
+            # Wait-only: the tracker never starts what it waits on.
+            callback = {**callback, "waiter_payload_id": waiter}
+            return {"wait_for": ring.waits_on(parent.position), "callback": callback}
+        assert ring.member is not None
+        join = {
+            "task_token": parent.token,
+            "quorum": 1,
+            "parent_execution": callback["parent_execution"],
+            "waiter_payload_id": waiter,
+        }
+        return {"join": join, "payloads": [payload(ring.member, "pass")]}
 
     def setup(self) -> None:
         """DLQ and fast redelivery on the process queue; hooks on the handlers' clients.
@@ -351,7 +452,8 @@ class ChaosRun:
         if report is None:
             report = Report(
                 seed=self.seed,
-                parents=len(self.parents),
+                parents=sum(p.ring is None for p in self.parents),
+                cycle_parents=sum(p.ring is not None for p in self.parents),
                 dependencies=len(self.deps),
                 faults=self.injector.summary(),
             )
@@ -360,12 +462,15 @@ class ChaosRun:
         invariants["parents resumed exactly once, right outcome" + suffix] = self._resumes()
         invariants["no PROCESSING waiter on a terminal payload" + suffix] = self._waiters(report)
         invariants["never two live executions per payload" + suffix] = self._executions()
+        invariants["dependency cycles: one of each refused, nothing else sent" + suffix] = (
+            self._cycles(report)
+        )
         # The stream's and EventBridge's on-failure destinations are DLQs too: counted; a
         # parent left waiting because of one still fails the resume check above.
         report.counts["stream_dead_letters"] = len(self.pumps.stream.dead_letters)
         report.counts["eventbridge_dead_letters"] = len(self.pumps.executions.dead_letters)
         report.counts.update(
-            parents_join=sum(p.quorum is not None for p in self.parents),
+            parents_join=sum(p.quorum is not None and p.ring is None for p in self.parents),
             parents_wait_for=sum(p.wait_for is not None for p in self.parents),
             parents_gone=len(self.fake.gone),
             resumed=len(self.fake.sent),
@@ -384,6 +489,8 @@ class ChaosRun:
     def _resumes(self) -> list[str]:
         problems: list[str] = []
         for parent in self.parents:
+            if parent.ring is not None:
+                continue  # what it may hear depends on the rest of its ring: _cycles
             label = f"{parent.token[:24]}... on {parent.members} (quorum {parent.quorum})"
             sends = self.fake.sent.get(parent.token, [])
             if parent.token in self.fake.gone:
@@ -424,10 +531,206 @@ class ChaosRun:
                 problems.append(f"join counts {sorted(succeeded - winners)} as succeeded")
         return problems
 
+    def _cycles(self, report: Report) -> list[str]:
+        """Of each ring at least one wait refused with ``DependencyCycle``; nothing else sent.
+
+        A wait-only parent hears ``DependencyCycle`` once, naming its ring as the cycle, or
+        nothing: it waits (on AWS its callback timeout would end it). A "join" ring's join
+        may instead succeed, once, if it was let through (its member ran): then the
+        member's own wait is the one that closes the cycle. A parent made gone by an
+        injected ``TaskTimedOut``/``InvalidToken`` counts as its row says it was told; one
+        whose message is in the DLQ and heard nothing is left for the redrive.
+        """
+        problems: list[str] = []
+        counts: Counter[str] = Counter()
+        states = self._states()
+        dead = self.dead_tokens
+        for ring in self.rings:
+            counts["cycles"] += 1
+            counts[f"cycles_{ring.shape}"] += 1
+            members = sorted((p for p in self.parents if p.ring is ring), key=lambda p: p.position)
+            outcomes: list[str] = []
+            for parent in members:
+                label = f"ring {ring.index} ({ring.shape}) {ring.ids[parent.position]}"
+                outcome, found = self._ring_outcome(parent, ring, dead)
+                problems.extend(f"{label}: {problem}" for problem in found)
+                outcomes.append(outcome if not found else "wrong")
+                counts[f"cycle_parents_{outcome}"] += 1
+            ran = [pid for pid in ring.ids if pid in states]
+            if ring.member is not None and ring.ids[1] in ran:
+                ran.remove(ring.ids[1])
+                let_through = outcomes[0] in {"succeeded", "succeeded_gone"}
+                counts["cycles_join_let_through" if let_through else "cycles_join_member_ran"] += 1
+            problems.extend(f"ring {ring.index}: the tracker ran {pid}" for pid in ran)
+            verdict = self._ring_verdict(members, outcomes)
+            if verdict is None:
+                problems.append(f"ring {ring.index} ({ring.shape}): none refused: {outcomes}")
+            elif verdict:
+                counts[verdict] += 1
+        # Checked again after a redrive: replace the first check's figures, except how many
+        # rings the redrive had to settle.
+        left = report.counts.get("cycles_left_for_redrive", 0)
+        for key in [key for key in report.counts if key.startswith("cycle")]:
+            del report.counts[key]
+        report.counts.update({key: counts[key] for key in sorted(counts)})
+        if left:
+            report.counts["cycles_left_for_redrive"] = left
+        return problems
+
+    def _ring_verdict(self, members: list[Parent], outcomes: list[str]) -> str | None:
+        """The count a ring adds to, "" if a member is wrong already, None if none refused."""
+        if "wrong" in outcomes:
+            return ""
+        refused = sum(o in {"refused", "refused_gone"} for o in outcomes)
+        if refused:
+            return "cycles_refused_all" if refused == len(outcomes) else "cycles_refused_some"
+        if "left" in outcomes:
+            return "cycles_left_for_redrive"
+        ring = members[0].ring
+        if (
+            ring is not None
+            and ring.shape == "join"
+            and outcomes[0] in {"succeeded", "succeeded_gone"}
+            and self._edge_refused(members[0], ring)
+        ):
+            # Let through, then refused on a redelivery once its member had won: its wait
+            # had ended, so the member's wait closed no cycle any more.
+            return "cycles_join_refused_late"
+        return None
+
+    def _ring_outcome(self, parent: Parent, ring: Ring, dead: set[str]) -> tuple[str, list[str]]:
+        """How one ring parent ended, and what is wrong with that.
+
+        Outcomes: refused, refused_gone, waiting, succeeded (a "join" ring's join),
+        succeeded_gone, or left (dead-lettered, nothing heard: for the redrive).
+        """
+        row = self._ring_row(parent, ring)
+        sends = self.fake.sent.get(parent.token, [])
+        if parent.token in self.fake.gone:
+            return self._ring_gone(parent, ring, row, resumed=bool(sends))
+        if sends:
+            return self._ring_sent(parent, ring, row, sends[0])
+        if parent.token in dead:
+            return "left", []
+        # Nothing heard: only a wait-only parent whose wait was let through may be waiting
+        # (a join always hears something: a refusal, or its member's success).
+        if isinstance(row, WaiterItem) and row.workflow_state is PayloadState.PROCESSING:
+            return "waiting", self._ring_edge(parent, ring, refused=False)
+        described = row and f"{row.workflow_state} {getattr(row, 'error_name', row.error)}"
+        return "wrong", [f"never resumed, row {described}"]
+
+    def _ring_sent(
+        self, parent: Parent, ring: Ring, row: WaiterItem | JoinItem | None, sent: Sent
+    ) -> tuple[str, list[str]]:
+        """The one send that resumed a ring parent (FakeParents keeps re-sends in .late)."""
+        problems = [
+            f"contradictory re-send {again.operation} {again.error} after {sent.error}"
+            for again in self.fake.late.get(parent.token, [])
+            if (again.operation, again.error) != (sent.operation, sent.error)
+        ]
+        if sent.operation == "SendTaskFailure" and sent.error == CYCLE:
+            problems += self._ring_cause(parent, ring, json.loads(sent.cause or "{}"))
+            if not self._ring_refused(parent, ring, row):
+                problems.append(f"told DependencyCycle, row {row and row.workflow_state}")
+            return "refused", problems + self._ring_edge(parent, ring, refused=True)
+        if parent.quorum is not None and sent.operation == "SendTaskSuccess":
+            output = json.loads(sent.output or "{}")
+            if output.get("quorum") != 1 or output.get("succeeded") != [ring.ids[1]]:
+                problems.append(f"join output {output}")
+            return "succeeded", problems
+        return "wrong", [*problems, f"sent {sent.operation} {sent.error}"]
+
+    def _ring_gone(
+        self, parent: Parent, ring: Ring, row: WaiterItem | JoinItem | None, *, resumed: bool
+    ) -> tuple[str, list[str]]:
+        """A send was tried and met ``TaskTimedOut``/``InvalidToken``: the row says which."""
+        if resumed:
+            return "wrong", ["resumed after it timed out"]
+        if self._ring_refused(parent, ring, row):
+            return "refused_gone", self._ring_edge(parent, ring, refused=True)
+        if isinstance(row, JoinItem) and row.workflow_state is PayloadState.SUCCEEDED:
+            return "succeeded_gone", []
+        return "wrong", [f"gone, but its row is {row and row.workflow_state}"]
+
+    @staticmethod
+    def _ring_cause(parent: Parent, ring: Ring, cause: dict[str, Any]) -> list[str]:
+        """The failure's cause names the ring, from the refused waiter round to itself."""
+        problems: list[str] = []
+        if parent.quorum is not None:
+            named = cause.get("cycle")  # a join's cause is its summary
+        else:
+            text = str(cause.get("cause", ""))
+            named = text.rpartition(": ")[2].split(" -> ") if ": " in text else None
+            if cause.get("payload_id") != ring.waits_on(parent.position):
+                problems.append(f"cause names {cause.get('payload_id')}")
+        expected = ring.cycle_from(parent.position)
+        if named != expected:
+            problems.append(f"cycle named {named}, expected {expected}")
+        return problems
+
+    def _ring_row(self, parent: Parent, ring: Ring) -> WaiterItem | JoinItem | None:
+        if parent.quorum is not None:
+            return self.aws.dependencies.get_join(token_hash(parent.token))
+        return self.aws.dependencies.get(
+            ring.waits_on(parent.position), waiter_id_for(parent.token)
+        )
+
+    @staticmethod
+    def _ring_refused(parent: Parent, ring: Ring, row: WaiterItem | JoinItem | None) -> bool:
+        """The row says the wait was refused with ``DependencyCycle``."""
+        if isinstance(row, JoinItem):
+            return (
+                row.workflow_state is PayloadState.FAILED
+                and row.error == CYCLE
+                and row.cycle == ring.cycle_from(parent.position)
+            )
+        return (
+            row is not None
+            and row.workflow_state is PayloadState.INVALID
+            and row.error_name is DependencyError.CYCLE
+        )
+
+    def _edge(self, parent: Parent, ring: Ring) -> dict[str, Any] | None:
+        """The wait edge ``parent``'s message recorded (``waits#{waiter}``), if any."""
+        via = (
+            waiter_id_for(parent.token)
+            if parent.quorum is None
+            else membership_id_for(token_hash(parent.token))
+        )
+        key = {
+            "payload_id": {"S": edge_partition_for(ring.ids[parent.position])},
+            "waiter_id": {"S": edge_id_for(via, ring.waits_on(parent.position))},
+        }
+        found = self.aws.dynamodb.get_item(
+            TableName=self.aws.dependencies.table_name, Key=key, ConsistentRead=True
+        )
+        item: dict[str, Any] | None = found.get("Item")
+        return item
+
+    def _edge_refused(self, parent: Parent, ring: Ring) -> bool:
+        edge = self._edge(parent, ring)
+        return edge is not None and "refused_at" in edge
+
+    def _ring_edge(self, parent: Parent, ring: Ring, *, refused: bool) -> list[str]:
+        """A refused wait's edge is marked refused, with its cycle (so no later check follows
+        it); a waiting one's is live (so the next wait round the ring meets it)."""
+        edge = self._edge(parent, ring)
+        if edge is None:
+            return ["no wait edge recorded"]
+        if not refused:
+            return ["waits, but its edge is marked refused"] if "refused_at" in edge else []
+        if "refused_at" not in edge:
+            return ["refused, but its edge is live"]
+        recorded = [entry["S"] for entry in edge.get("refused_cycle", {}).get("L", [])]
+        expected = ring.cycle_from(parent.position)
+        return [] if recorded == expected else [f"edge records cycle {recorded}, not {expected}"]
+
     def _states(self) -> dict[str, PayloadStateItem]:
         states: dict[str, PayloadStateItem] = {}
         ids = [self._pid(item) for item in self.deps]
         ids += [payload_id(item, CHAIN_STEP) for item, kind in self.deps.items() if kind == "chain"]
+        # A "join" ring's member runs if the join was let through; the other ring ids never.
+        ids += [pid for ring in self.rings for pid in ring.ids]
         for pid in ids:
             found = self.aws.states.get(pid)
             if found is not None:
@@ -446,6 +749,8 @@ class ChaosRun:
         while True:
             page = self.aws.dynamodb.scan(**scan)
             for item in page.get("Items", []):
+                if is_edge_item(item):
+                    continue  # a wait edge (cycle check), not a waiter row
                 row = row_from_item(item)
                 if row.waiter_id in dead_rows or row.payload_id in dead_joins:
                     report.counts["rows_left_for_redrive"] += 1

@@ -4,6 +4,10 @@
 parents, ``make chaos``) runs only with ``DEPTRACK_CHAOS=1``; pick its seed with
 ``DEPTRACK_CHAOS_SEED``, its size with ``DEPTRACK_CHAOS_PARENTS`` and scale every
 fault rate with ``DEPTRACK_CHAOS_INTENSITY`` (default 1).
+
+Both also carry rings of parents waiting on each other (dependency cycles, at
+least one of each shape; about 5% more parents); the cycle invariant is shown
+to fail when the cycle check lets every wait through.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from dependency_tracker import settings
+from dependency_tracker.flows.cycles import CycleGuard
 from tests.chaos.faults import ALL_KINDS
-from tests.chaos.run import DEFAULT_RATES, ChaosRun
+from tests.chaos.run import DEFAULT_RATES, RING_SIZES, ChaosRun
 
 if TYPE_CHECKING:
     import io
@@ -23,6 +28,7 @@ if TYPE_CHECKING:
     from tests.conftest import Aws
 
 SMALL_SEED = 7
+CYCLES = "dependency cycles: one of each refused, nothing else sent"
 
 
 def chaos(
@@ -78,6 +84,25 @@ def test_big_chaos_run(
         parents=parents,
         dependencies=max(8, parents // 6),
     )
+
+
+@pytest.mark.usefixtures("workflows")
+def test_the_cycle_invariant_fails_when_cycles_are_let_through(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mutation: the edges are written but the search never finds a cycle (no faults)."""
+    monkeypatch.setenv(settings.ENV_PROCESS_QUEUE_URL, aws.queue_url)
+    settings.get_settings.cache_clear()
+    monkeypatch.setattr(CycleGuard, "find", lambda *_, **__: None)
+    run = ChaosRun(aws, seed=SMALL_SEED, parents=4, dependencies=4, rates={})
+    report = run.execute(timeout=60)
+    assert {ring.shape for ring in run.rings} == set(RING_SIZES)
+    # Every ring, of every shape, is caught (the join ring's join let through, and its
+    # member's wait too), and nothing else is wrong.
+    problems = report.invariants.pop(CYCLES)
+    assert len(problems) == len(run.rings), problems
+    assert all("none refused" in problem for problem in problems), problems
+    assert report.ok, report.render()
 
 
 def test_every_fault_kind_is_known() -> None:

@@ -77,9 +77,10 @@ class CycleGuard:
 
         ``via`` names the waiting row (a waiter id or a join's ``join#`` id).
         When a cycle is found the new edges are marked refused, with the cycle,
-        before returning. A redelivered wait that was refused before gets the
-        recorded cycle back without a new search: the parent was (or is being)
-        told already, even if the cycle has broken since.
+        before returning; the caller turns the wait down (and counts it). A
+        redelivered wait that was refused before gets the recorded cycle back
+        without a new search: the parent was (or is being) told already, even if
+        the cycle has broken since.
         """
         if not self.enabled:
             return None
@@ -93,10 +94,9 @@ class CycleGuard:
         if cycle is not None:
             self.edges.refuse(waiter, depends_on, via=via, cycle=list(cycle.path))
             logger.warning(
-                "wait refused: dependency cycle",
+                "dependency cycle found",
                 extra={"cycle": cycle.describe(), "cycle_length": cycle.length},
             )
-            metrics.add_metric(name="DependencyCycles", unit=MetricUnit.Count, value=1)
         return cycle
 
     def find(self, waiter: str, depends_on: Sequence[str]) -> Cycle | None:

@@ -241,18 +241,44 @@ class ProcessFlow:
         metrics.add_metric(name=action.metric_name, unit=MetricUnit.Count, value=1)
 
     def _refuse_cycle(self, message: ProcessMessage | WaitMessage, waiter_id: str) -> bool:
-        """Turn the wait down with ``DependencyCycle`` if it closes a cycle."""
+        """Turn the wait down with ``DependencyCycle`` if it closes a cycle.
+
+        False when the wait stands: no cycle, or the row was resolved by its
+        payload's end before the refusal could land (then it is not waiting).
+        """
         waiter = message.callback.waiter_payload_id if message.callback else None
         if waiter is None:
             return False
         cycle = self.cycles.admit(waiter, [message.payload_id], via=waiter_id)
         if cycle is None:
             return False
-        self.dependencies.refuse(
-            message.payload_id, waiter_id, DependencyError.CYCLE, _cycle_cause(cycle)
-        )
-        self._count(ProcessAction.REFUSED, message.payload_id)
-        return True
+        cause = _cycle_cause(cycle)
+        if self.dependencies.refuse(message.payload_id, waiter_id, DependencyError.CYCLE, cause):
+            self._refused(message.payload_id, cycle)
+            return True
+        row = self.dependencies.get(message.payload_id, waiter_id)
+        if row is not None and row.error_name is DependencyError.CYCLE:
+            self._count(ProcessAction.REFUSED, message.payload_id)  # a redelivery
+            return True
+        return False
+
+    def _refuse_join(self, join_id: str, cycle: Cycle) -> bool:
+        """Decide a join ``DependencyCycle``; False if it was already decided otherwise."""
+        if self.dependencies.decide_join(
+            join_id, PayloadState.FAILED, error=DependencyError.CYCLE, cycle=list(cycle.path)
+        ):
+            self._refused(join_id, cycle)
+            return True
+        existing = self.dependencies.get_join(join_id)
+        if existing is not None and existing.error == DependencyError.CYCLE:
+            self._count(ProcessAction.REFUSED, join_id)  # a redelivery
+            return True
+        return False
+
+    def _refused(self, subject: str, cycle: Cycle) -> None:
+        logger.warning("wait refused: dependency cycle", extra={"cycle": cycle.describe()})
+        metrics.add_metric(name="DependencyCycles", unit=MetricUnit.Count, value=1)
+        self._count(ProcessAction.REFUSED, subject)
 
     def _register(self, message: ProcessMessage | WaitMessage) -> str | None:
         if message.callback is None:
@@ -358,15 +384,11 @@ class ProcessFlow:
         if join.waiter_payload_id is not None:
             members = [payload.id for payload in message.payloads]
             cycle = self.cycles.admit(join.waiter_payload_id, members, via=membership_id)
-            if cycle is not None:
-                # Refused before any membership exists: no member is started for it.
-                self.dependencies.decide_join(
-                    join_id,
-                    PayloadState.FAILED,
-                    error=DependencyError.CYCLE,
-                    cycle=list(cycle.path),
-                )
-                self._count(ProcessAction.REFUSED, join_id)
+            # Checked before any membership is written, so a refused join starts no
+            # member. (A redelivery of a join let through before can still be refused
+            # if a cycle formed since; its members may already run. One already
+            # decided otherwise stays as it is.)
+            if cycle is not None and self._refuse_join(join_id, cycle):
                 return ProcessAction.REFUSED
         if message.duplicates:
             logger.warning("duplicate payloads in join", extra={"duplicates": message.duplicates})

@@ -18,6 +18,7 @@ from dependency_tracker.models import (
     DependencyError,
     PayloadState,
     ProcessPayload,
+    Resolution,
     membership_id_for,
     read_message,
     waiter_id_for,
@@ -417,3 +418,55 @@ def _gate(scheduler: list[Scheduler], label: str) -> Any:
             scheduler[-1].hook(label)(**kwargs)
 
     return gate
+
+
+@pytest.mark.usefixtures("workflows")
+def test_a_join_decided_before_a_redelivery_finds_a_cycle_stays_decided(aws: Aws) -> None:
+    # GIVEN a join by "loop/j" over payload w, let through (no cycle yet) and then decided
+    body = json.dumps(
+        {
+            "join": {"task_token": "token-j", "quorum": 1, "waiter_payload_id": "loop/j"},
+            "payloads": [payload("w")],
+        }
+    )
+    message = read_message(body, message_id="m-j")
+    assert flow(aws).handle(message) is ProcessAction.JOINED
+    join_id = token_hash("token-j")
+    assert aws.dependencies.decide_join(join_id, PayloadState.SUCCEEDED)
+    # AND since then w's own workflow waits on "loop/j": the cycle exists now
+    waits = guard(aws).edges
+    waits.add(payload_id("w"), ["loop/j"], via=waiter_id_for("token-w"))
+    # WHEN the join message is delivered again
+    action = flow(aws).handle(message)
+    # THEN the decided join is left as it is: no refusal is counted or recorded
+    assert action is ProcessAction.JOINED
+    join = aws.dependencies.get_join(join_id)
+    assert join is not None
+    assert join.workflow_state is PayloadState.SUCCEEDED
+    assert join.cycle is None
+
+
+@pytest.mark.usefixtures("workflows")
+def test_a_single_wait_resolved_before_its_refusal_lands_stands(aws: Aws) -> None:
+    # GIVEN A (running) waits on B, and B's wait on A closes the cycle ...
+    handle(aws, json.dumps(payload("a")))
+    a, b = payload_id("a"), payload_id("b")
+    handle(aws, wait_message("b", a, "token-a"))
+    process = flow(aws)
+    message = process.parse(wait_message("a", b, "token-b"), message_id="m-2")
+    # ... but A ends (and update-state resolves B's new row) between the check and the refusal
+    real_refuse = process.dependencies.refuse
+
+    def a_ends_first(*args: Any, **kwargs: Any) -> bool:
+        row = aws.dependencies.get(a, waiter_id_for("token-b"))
+        assert row is not None
+        aws.dependencies.resolve(a, row.waiter_id, Resolution(state=PayloadState.SUCCEEDED))
+        return real_refuse(*args, **kwargs)
+
+    process.dependencies.refuse = a_ends_first  # type: ignore[method-assign]
+    # THEN the wait stands with A's real outcome (it is not counted as refused)
+    assert process.handle(message) is not ProcessAction.REFUSED
+    row = aws.dependencies.get(a, waiter_id_for("token-b"))
+    assert row is not None
+    assert row.workflow_state is PayloadState.SUCCEEDED
+    assert row.error_name is None
