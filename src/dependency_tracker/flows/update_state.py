@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from enum import StrEnum, unique
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import ValidationError
@@ -68,6 +68,9 @@ class UpdateStateFlow:
         self._sfn = sfn
         self._bucket = bucket
         self._sqs = sqs
+        # The last DescribeExecution: a stopped execution no longer changes, and one
+        # large execution needs both its input and its output from it.
+        self._described: tuple[str, dict[str, Any]] | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
@@ -166,14 +169,21 @@ class UpdateStateFlow:
         if change.output_details.included:
             return change.output
         # EventBridge leaves out outputs over 248 KiB; ask Step Functions.
-        described = self._sfn.describe_execution(executionArn=change.execution_arn)
-        return described.get("output")
+        output = self._describe(change.execution_arn).get("output")
+        return None if output is None else str(output)
+
+    def _describe(self, execution_arn: str) -> dict[str, Any]:
+        """``DescribeExecution`` of a stopped execution, once per execution."""
+        if self._described is None or self._described[0] != execution_arn:
+            response = self._sfn.describe_execution(executionArn=execution_arn)
+            self._described = (execution_arn, dict(response))
+        return self._described[1]
 
     def _payload_of(self, change: StatusChange) -> ProcessPayload | None:
         text = change.input
         if text is None or not change.input_details.included:
             # EventBridge leaves out inputs over 248 KiB; ask Step Functions.
-            text = self._sfn.describe_execution(executionArn=change.execution_arn).get("input")
+            text = self._describe(change.execution_arn).get("input")
         try:
             document = json.loads(text or "")
         except json.JSONDecodeError:
