@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 from moto import mock_aws
+from moto.dynamodb.models import table as moto_table
 
 from dependency_tracker import clients, settings
 from dependency_tracker.handlers import callback as callback_handler
@@ -243,3 +245,14 @@ def payload(item_id: str = "item-1", workflow: str = "pass", **extra: Any) -> di
 def payload_id(item_id: str = "item-1", workflow: str = "pass") -> str:
     """The cirrus id of :func:`payload`."""
     return f"sentinel-2-l2a/workflow-{workflow}/{item_id}"
+
+
+@contextlib.contextmanager
+def moto_query_page(page_bytes: int) -> Iterator[None]:
+    """Make moto end a ``Query``/``Scan`` page after ``page_bytes`` (DynamoDB: 1 MB)."""
+    previous = moto_table.RESULT_SIZE_LIMIT
+    moto_table.RESULT_SIZE_LIMIT = page_bytes
+    try:
+        yield
+    finally:
+        moto_table.RESULT_SIZE_LIMIT = previous

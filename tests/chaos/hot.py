@@ -31,14 +31,11 @@ the waiters span several pages, as they would on AWS.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-
-from moto.dynamodb.models import table as moto_table
 
 from dependency_tracker import clients
 from dependency_tracker.models import PayloadState
@@ -47,7 +44,7 @@ from tests.conftest import ROLE_ARN, Aws, payload, payload_id
 from tests.harness import Pumps, managed_running, parent_definition, queue_empty
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
     from dependency_tracker.models import WaiterItem
 
@@ -55,17 +52,6 @@ HOT_PARENT = "hot-parent"
 HOT_ITEM = "hot-item"
 HOT_WORKFLOW = "pass"
 QUIET_ROUNDS = 10  # empty stream rounds (of up to 1,000 records each) that end the wait
-
-
-@contextlib.contextmanager
-def moto_query_page(page_bytes: int) -> Iterator[None]:
-    """Make moto end a ``Query``/``Scan`` page after ``page_bytes`` (DynamoDB: 1 MB)."""
-    previous = moto_table.RESULT_SIZE_LIMIT
-    moto_table.RESULT_SIZE_LIMIT = page_bytes
-    try:
-        yield
-    finally:
-        moto_table.RESULT_SIZE_LIMIT = previous
 
 
 @dataclass

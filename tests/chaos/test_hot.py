@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.chaos.hot import HotReport, HotRun, moto_query_page
+from tests.chaos.hot import HotReport, HotRun
+from tests.conftest import moto_query_page
 
 if TYPE_CHECKING:
     from tests.conftest import Aws
