@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ from dependency_tracker.handlers import process as process_handler
 from dependency_tracker.handlers import update_state as update_state_handler
 from dependency_tracker.local.context import LocalContext
 from dependency_tracker.models import PayloadState, PayloadStateItem, ProcessPayload
+from dependency_tracker.observability import logger
 from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
 from dependency_tracker.stores.schema import create_tables
 
@@ -256,3 +259,20 @@ def moto_query_page(page_bytes: int) -> Iterator[None]:
         yield
     finally:
         moto_table.RESULT_SIZE_LIMIT = previous
+
+
+@pytest.fixture
+def log_lines() -> Iterator[io.StringIO]:
+    """Every record of the tracker's logger, formatted by its own Powertools formatter."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logger.registered_formatter)
+    target = logging.getLogger(logger.name)
+    previous = target.level
+    target.addHandler(handler)
+    target.setLevel(logging.DEBUG)
+    try:
+        yield stream
+    finally:
+        target.removeHandler(handler)
+        target.setLevel(previous)

@@ -18,10 +18,11 @@ from tests.conftest import moto_query_page
 if TYPE_CHECKING:
     from tests.conftest import Aws
 
-# moto's waiter rows are ~360 bytes (36-character tokens): these pages hold ~20
-# and ~280 rows, so both runs span several pages, as 1 MB pages of AWS-sized rows would.
+# moto's waiter rows are ~360 bytes (36-character tokens): these pages hold ~20 rows,
+# and ~a quarter of the big run's rows (280 of 1,000), so both runs span several pages,
+# as 1 MB pages of AWS-sized rows would.
 SMALL_PAGE_BYTES = 8_000
-BIG_PAGE_BYTES = 100_000
+BIG_PAGE_BYTES_PER_PARENT = 100
 
 
 def hot(
@@ -60,5 +61,6 @@ def test_small_hot_run(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.usefixtures("workflows")
 def test_big_hot_run(aws: Aws, capsys: pytest.CaptureFixture[str]) -> None:
     parents = int(os.environ.get("DEPTRACK_HOT_PARENTS", "1000"))
-    report = hot(aws, capsys, parents=parents, page_bytes=BIG_PAGE_BYTES)
+    page_bytes = max(SMALL_PAGE_BYTES, parents * BIG_PAGE_BYTES_PER_PARENT)
+    report = hot(aws, capsys, parents=parents, page_bytes=page_bytes)
     assert report.sends == parents

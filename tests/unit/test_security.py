@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
-import io
 import json
-import logging
 import re
 import secrets
 from dataclasses import dataclass
@@ -36,7 +34,7 @@ from tests.harness import Pumps, create_parent, start_parent
 from tests.unit.handlers.conftest import sqs_event
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    import io
 
     from tests.conftest import Aws
 
@@ -90,23 +88,6 @@ def sha256(token: str) -> str:
 def long_token(purpose: str) -> str:
     """A synthetic token longer than a sort key may be, unique in every 32-character piece."""
     return f"{purpose}-{secrets.token_hex(LONG_TOKEN_HEX)}"
-
-
-@pytest.fixture
-def log_lines() -> Iterator[io.StringIO]:
-    """Every record of the tracker's logger, formatted by its own Powertools formatter."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(observability.logger.registered_formatter)
-    target = logging.getLogger(observability.logger.name)
-    previous = target.level
-    target.addHandler(handler)
-    target.setLevel(logging.DEBUG)
-    try:
-        yield stream
-    finally:
-        target.removeHandler(handler)
-        target.setLevel(previous)
 
 
 @pytest.fixture
