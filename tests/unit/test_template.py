@@ -494,41 +494,62 @@ EVERYTHING_ON = {
     "ExtraPayloadReadArns": "arn:aws:s3:::shared-payloads/incoming/*",
     "AlarmEmail": "ops@example.com",
 }
-# The only actions any role may hold on Resource "*". True: AWS offers no narrower
-# resource for the action (no resource-level permissions). False: a narrower resource
-# exists, but the grant comes from an AWS-managed policy SAM attaches to the roles it
-# generates (docs/security.md, "Known gaps"). The template's own statements may use "*"
-# only for True entries. Every entry must have its row in docs/security.md.
-STAR_RESOURCE_ACTIONS: dict[str, bool] = {
-    # AWSXrayWriteOnlyAccess (Tracing on the functions and the state machines)
-    "xray:PutTraceSegments": True,
-    "xray:PutTelemetryRecords": True,
-    "xray:GetSamplingRules": True,
-    "xray:GetSamplingTargets": True,
-    "xray:GetSamplingStatisticSummaries": True,
-    # Step Functions log delivery (the state machines' DeliverExecutionLogs)
-    "logs:CreateLogDelivery": True,
-    "logs:GetLogDelivery": True,
-    "logs:UpdateLogDelivery": True,
-    "logs:DeleteLogDelivery": True,
-    "logs:ListLogDeliveries": True,
-    "logs:PutResourcePolicy": True,
-    "logs:DescribeResourcePolicies": True,
-    "logs:DescribeLogGroups": True,
-    # AWSLambdaDynamoDBExecutionRole (the callback function's stream)
-    "dynamodb:ListStreams": True,
-    "dynamodb:DescribeStream": False,
-    "dynamodb:GetRecords": False,
-    "dynamodb:GetShardIterator": False,
-    # AWSLambdaSQSQueueExecutionRole (the process and update-state queues)
-    "sqs:ReceiveMessage": False,
-    "sqs:DeleteMessage": False,
-    "sqs:GetQueueAttributes": False,
-    # AWSLambdaBasicExecutionRole (every function) and the two policies above
-    "logs:CreateLogGroup": False,
-    "logs:CreateLogStream": False,
-    "logs:PutLogEvents": False,
+# The only actions any role may hold on Resource "*": each is one AWS offers no narrower
+# resource for (no resource-level permissions). Every entry must have its row in
+# docs/security.md, answered "Yes".
+STAR_RESOURCE_ACTIONS = frozenset(
+    {
+        # the functions' UploadTraces, and AWSXrayWriteOnlyAccess (state machines' Tracing)
+        "xray:PutTraceSegments",
+        "xray:PutTelemetryRecords",
+        "xray:GetSamplingRules",
+        "xray:GetSamplingTargets",
+        "xray:GetSamplingStatisticSummaries",
+        # Step Functions log delivery (the state machines' DeliverExecutionLogs)
+        "logs:CreateLogDelivery",
+        "logs:GetLogDelivery",
+        "logs:UpdateLogDelivery",
+        "logs:DeleteLogDelivery",
+        "logs:ListLogDeliveries",
+        "logs:PutResourcePolicy",
+        "logs:DescribeResourcePolicies",
+        "logs:DescribeLogGroups",
+        # the callback function's ListStreams (its stream's event source mapping)
+        "dynamodb:ListStreams",
+    }
+)
+# The statements of each function's role that Lambda uses, not the handler: the event
+# source mapping's polling, log delivery to the function's own log group, failure
+# destinations and X-Ray. The handlers cannot exercise them offline, so the dynamic IAM
+# test leaves exactly these Sids out of its "every grant is used" check, and
+# test_lambda_service_statements_grant_exactly_what_lambda_needs holds each of them to
+# the actions and resources the function's own configuration calls for.
+LAMBDA_SERVICE_STATEMENTS: dict[str, frozenset[str]] = {
+    "ProcessFunction": frozenset({"WriteOwnLogs", "PollProcessQueue", "UploadTraces"}),
+    "UpdateStateFunction": frozenset(
+        {"WriteOwnLogs", "PollStatusReports", "DeliverFailedInvocations", "UploadTraces"}
+    ),
+    "CallbackFunction": frozenset(
+        {
+            "WriteOwnLogs",
+            "ReadDependencyStream",
+            "ListStreams",
+            "DeliverFailedBatches",
+            "UploadTraces",
+        }
+    ),
 }
+# What Lambda does with a function's role, per feature (Lambda developer guide: with-sqs,
+# with-ddb, services-xray; AWS::Lambda::EventSourceMapping / EventInvokeConfig OnFailure).
+LOG_WRITE_ACTIONS = ("logs:CreateLogStream", "logs:PutLogEvents")
+SQS_POLL_ACTIONS = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
+STREAM_READ_ACTIONS = (
+    "dynamodb:DescribeStream",
+    "dynamodb:GetRecords",
+    "dynamodb:GetShardIterator",
+)
+XRAY_UPLOAD_ACTIONS = ("xray:PutTraceSegments", "xray:PutTelemetryRecords")
+DESTINATION_ACTIONS = {"SQS": "sqs:SendMessage"}
 # Resource types that keep data, with what makes each encrypted at rest.
 ENCRYPTED_AT_REST: dict[str, Callable[[dict[str, Any]], bool]] = {
     "AWS::SQS::Queue": lambda p: p.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in p,
@@ -546,6 +567,7 @@ UNENCRYPTED_BY_DESIGN = {"AlarmTopic"}
 # Resource types that keep no data of their own (or whose service always encrypts it).
 NO_DATA_AT_REST = {
     "AWS::Serverless::Function",  # code and resource names; Lambda encrypts both
+    "AWS::IAM::Role",
     "AWS::Serverless::StateMachine",  # execution history: Step Functions encrypts it
     "AWS::SQS::QueuePolicy",
     "AWS::S3::BucketPolicy",
@@ -584,25 +606,95 @@ def test_star_resources_are_the_documented_allow_list(template: dict[str, Any]) 
                 for action in grant.actions:
                     star.setdefault(action, set()).add(grant)
     # GIVEN every action some role holds on Resource "*"
-    # THEN it is one of the allow-list, and every entry is still needed
-    assert sorted(set(star) - set(STAR_RESOURCE_ACTIONS)) == [], "a new wildcard resource"
-    assert sorted(set(STAR_RESOURCE_ACTIONS) - set(star)) == [], "a stale allow-list entry"
-    # AND the template's own statements use "*" only where AWS leaves no choice
-    own = sorted(
-        (grant.holder, grant.source, action)
-        for action, grants in star.items()
-        for grant in grants
-        if not grant.sam_managed and not STAR_RESOURCE_ACTIONS[action]
-    )
-    assert own == []
-    # AND each entry has one row in docs/security.md, saying whether AWS requires "*" and why
+    # THEN it is one of the allow-list (actions AWS offers no narrower resource for),
+    # and every entry is still needed
+    assert sorted(set(star) - STAR_RESOURCE_ACTIONS) == [], "a new wildcard resource"
+    assert sorted(STAR_RESOURCE_ACTIONS - set(star)) == [], "a stale allow-list entry"
+    # AND each entry has one row in docs/security.md, saying that AWS requires "*" and why
     rows = markdown.table_rows(security_doc("Wildcard resources"))
-    for action, required in STAR_RESOURCE_ACTIONS.items():
+    for action in STAR_RESOURCE_ACTIONS:
         found = [row for row in rows if action in markdown.code_spans(" ".join(row))]
         assert len(found) == 1, f"docs/security.md needs one row for {action}"
         *_, answer, reason = found[0]
-        assert answer.lower().startswith("yes" if required else "no"), action
+        assert answer.lower().startswith("yes"), action
         assert len(reason) > 20, f"say why {action} is on *"
+
+
+def lambda_service_needs(stack: Stack, function: str) -> set[tuple[str, str]]:
+    """(action, resource) pairs Lambda itself needs from the function's role."""
+    properties = stack.resolved_properties(function)
+    raw = stack.properties(function)
+    (log_group,) = referenced_ids(raw["LoggingConfig"]["LogGroup"])
+    assert stack.resources[log_group]["Type"] == "AWS::Logs::LogGroup", "its own log group"
+    needs = {(action, stack.arn_of(log_group)) for action in LOG_WRITE_ACTIONS}
+    if properties.get("Tracing") == "Active":
+        needs |= {(action, "*") for action in XRAY_UPLOAD_ACTIONS}
+    destinations = [
+        properties.get("EventInvokeConfig", {}).get("DestinationConfig", {}).get(outcome)
+        for outcome in ("OnSuccess", "OnFailure")
+    ]
+    for event in properties["Events"].values():
+        source = event["Properties"]
+        if event["Type"] == "SQS":
+            needs |= {(action, source["Queue"]) for action in SQS_POLL_ACTIONS}
+        elif event["Type"] == "DynamoDB":
+            needs |= {(action, source["Stream"]) for action in STREAM_READ_ACTIONS}
+            needs.add(("dynamodb:ListStreams", "*"))
+            destinations.append(source.get("DestinationConfig", {}).get("OnFailure"))
+        elif event["Type"] != "EventBridgeRule":  # a push source: a resource policy, no grant
+            pytest.fail(f"{function}: teach lambda_service_needs the {event['Type']} event")
+    assert "DeadLetterQueue" not in properties, "teach lambda_service_needs DeadLetterQueue"
+    for destination in filter(None, destinations):
+        needs.add((DESTINATION_ACTIONS[destination["Type"]], destination["Destination"]))
+    return needs
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_lambda_service_statements_grant_exactly_what_lambda_needs(
+    template: dict[str, Any], function: str
+) -> None:
+    for stack in grant_stacks(template):
+        # GIVEN the function's explicit role: SAM adds nothing to it (no managed policy,
+        # no event-source or destination statement), so the role must hold it all
+        role = stack.role_of(function)
+        assert role is not None, f"{function} needs its own AWS::IAM::Role"
+        assert "Policies" not in stack.properties(function)
+        assert "ManagedPolicyArns" not in stack.properties(role)
+        assert not [g for g in iam.role_grants(stack) if g.holder == function and g.sam_managed]
+        trust = stack.resolved_properties(role)["AssumeRolePolicyDocument"]["Statement"]
+        assert trust == [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "lambda.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+            }
+        ]
+        statements = {s.sid: s for s in stack.statements(function)}
+        names = LAMBDA_SERVICE_STATEMENTS[function]
+        assert names <= set(statements), sorted(names - set(statements))
+        # WHEN the Lambda-service statements are read, pair by pair
+        granted = [
+            (action, resource)
+            for sid in names
+            for action in statements[sid].actions
+            for resource in statements[sid].resources
+        ]
+        # THEN they grant exactly what its log group, tracing, event sources and failure
+        # destinations need, each on that resource (only X-Ray and ListStreams on "*")
+        assert len(granted) == len(set(granted)), "a pair granted twice"
+        assert set(granted) == lambda_service_needs(stack, function)
+        # AND nothing else in the role writes logs or reads an event source: the handler
+        # statements hold only calls the code makes (the dynamic IAM test)
+        service_actions = {
+            *LOG_WRITE_ACTIONS,
+            *SQS_POLL_ACTIONS,
+            *STREAM_READ_ACTIONS,
+            *XRAY_UPLOAD_ACTIONS,
+            "dynamodb:ListStreams",
+            "logs:CreateLogGroup",
+        }
+        code = [s for sid, s in statements.items() if sid not in names]
+        assert not [(s.sid, a) for s in code for a in s.actions if a in service_actions]
 
 
 def test_scoped_resources_stay_inside_the_stack(template: dict[str, Any]) -> None:
@@ -1184,10 +1276,17 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(deployment: Deploymen
     ]
     assert denied == []
     # AND every grant was needed: each (action, resource) of each statement was called
+    # (the Lambda-service statements serve the event source mapping, log delivery, failure
+    # destinations and X-Ray, not the code: test_lambda_service_statements_grant_exactly_
+    # what_lambda_needs holds each of them to its resource instead)
+    for function in FUNCTIONS:
+        sids = {statement.sid for statement in stack.statements(function)}
+        assert sids >= LAMBDA_SERVICE_STATEMENTS[function], function
     unused = [
         (function, statement.sid, action, pattern)
         for function in FUNCTIONS
         for statement in stack.statements(function)
+        if statement.sid not in LAMBDA_SERVICE_STATEMENTS[function]
         for action in statement.actions
         for pattern in statement.resources
         if not any(

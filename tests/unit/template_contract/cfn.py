@@ -178,11 +178,17 @@ class Stack:
     # ------------------------------------------------------------------ policies
 
     def statements(self, logical_id: str) -> list[Statement]:
-        """The IAM statements a SAM function or state machine lists under ``Policies``.
+        """The IAM statements of a SAM function's or state machine's role, or of an IAM role.
 
-        Only inline statement documents are understood; a managed policy name
-        or a SAM policy template raises, since it cannot be checked here.
+        A SAM resource whose ``Role`` names one of the template's ``AWS::IAM::Role``
+        resources gets that role's inline statements (``Policies`` beside a ``Role``
+        raises). Otherwise its own ``Policies``: only inline statement documents are
+        understood; a managed policy name or a SAM policy template raises, since it
+        cannot be checked here. Sids are unique per role.
         """
+        role = self.role_of(logical_id)
+        if role is not None:
+            return self._role_statements(role)
         policies = self.resolve(self.properties(logical_id).get("Policies", []))
         if not isinstance(policies, list):
             policies = [policies]
@@ -192,24 +198,38 @@ class Stack:
             if not isinstance(policy, dict) or set(policy) != {"Statement"}:
                 msg = f"{logical_id}: only inline statements can be checked, got {policy!r}"
                 raise AssertionError(msg)
-            for entry in policy["Statement"]:
-                sid = entry.get("Sid")
-                if sid not in raw:
-                    msg = f"{logical_id}: every statement needs a unique Sid ({entry!r})"
-                    raise AssertionError(msg)
-                statements.append(
-                    Statement(
-                        sid=sid,
-                        effect=entry["Effect"],
-                        actions=tuple(_as_list(entry["Action"])),
-                        resources=tuple(_as_list(entry["Resource"])),
-                        raw=raw[sid],
-                    )
-                )
+            statements += [_statement(logical_id, entry, raw) for entry in policy["Statement"]]
         return statements
 
+    def role_of(self, logical_id: str) -> str | None:
+        """The template's ``AWS::IAM::Role`` whose statements ``logical_id`` holds, if any."""
+        if self.resources[logical_id]["Type"] == "AWS::IAM::Role":
+            return logical_id
+        properties = self.properties(logical_id)
+        if "Role" not in properties:
+            return None
+        names = referenced_ids(properties["Role"])
+        (name,) = names if len(names) == 1 else (None,)
+        if name is None or self.resources.get(name, {}).get("Type") != "AWS::IAM::Role":
+            msg = f"{logical_id}: its Role is not one of the template's AWS::IAM::Role resources"
+            raise AssertionError(msg)
+        if "Policies" in properties:
+            msg = f"{logical_id}: Policies beside a Role (SAM would not apply them)"
+            raise AssertionError(msg)
+        return name
+
+    def _role_statements(self, role: str) -> list[Statement]:
+        # ManagedPolicyArns are not statements of the template: iam.role_grants models them.
+        properties = self.properties(role)
+        raw = _raw_statements(properties.get("Policies", []))
+        return [
+            _statement(role, entry, raw)
+            for policy in self.resolve(properties.get("Policies", []))
+            for entry in _as_dicts(policy["PolicyDocument"]["Statement"])
+        ]
+
     def allowed(self, logical_id: str, action: str, resource: str) -> bool:
-        """Whether the ``Policies`` of ``logical_id`` allow ``action`` on ``resource``."""
+        """Whether the statements of ``logical_id`` allow ``action`` on ``resource``."""
         return any(s.allows(action, resource) for s in self.statements(logical_id))
 
     # ------------------------------------------------------------------ intrinsic functions
@@ -349,6 +369,11 @@ def _topic(name: str, scope: str) -> Physical:
     return Physical(arn, {"TopicArn": arn, "TopicName": name})
 
 
+def _role(name: str, scope: str) -> Physical:
+    partition, _, _, account = scope.split(":")
+    return Physical(name, {"Arn": f"arn:{partition}:iam::{account}:role/{name}"})
+
+
 # Resource type → (property holding its name, what Ref and GetAtt return).
 _PHYSICAL: dict[str, tuple[str, Callable[[str, str], Physical]]] = {
     "AWS::DynamoDB::Table": ("TableName", _table),
@@ -360,6 +385,7 @@ _PHYSICAL: dict[str, tuple[str, Callable[[str, str], Physical]]] = {
     "AWS::Lambda::Function": ("FunctionName", _function),
     "AWS::Logs::LogGroup": ("LogGroupName", _log_group),
     "AWS::SNS::Topic": ("TopicName", _topic),
+    "AWS::IAM::Role": ("RoleName", _role),
 }
 
 
@@ -374,6 +400,24 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 def _as_list(value: Any) -> list[str]:
     return [str(item) for item in (value if isinstance(value, list) else [value])]
+
+
+def _as_dicts(value: Any) -> list[dict[str, Any]]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _statement(holder: str, entry: dict[str, Any], raw: dict[str, dict[str, Any]]) -> Statement:
+    sid = entry.get("Sid")
+    if sid not in raw:
+        msg = f"{holder}: every statement needs a unique Sid ({entry!r})"
+        raise AssertionError(msg)
+    return Statement(
+        sid=sid,
+        effect=entry["Effect"],
+        actions=tuple(_as_list(entry["Action"])),
+        resources=tuple(_as_list(entry["Resource"])),
+        raw=raw[sid],
+    )
 
 
 def _raw_statements(policies: Any) -> dict[str, dict[str, Any]]:

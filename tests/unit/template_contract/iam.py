@@ -10,7 +10,9 @@ A feature it does not model (a policy template, a managed policy name, a VPC,
 another pull event source, a state machine event, a ``Role`` from outside the
 template) raises, so a template change cannot slip past the IAM checks
 unmodelled. A ``Role`` naming one of the template's ``AWS::IAM::Role``
-resources makes SAM add nothing; that role's own statements are read instead.
+resources makes SAM add nothing (SAM builds a role, and adds to it, only when
+``Role`` is not given); that role's own statements are read instead, as
+``Policies/<Sid>`` grants held by the one function or state machine that uses it.
 
 :data:`MANAGED_POLICIES` holds the documents of the AWS-managed policies SAM
 attaches, as AWS publishes them in the managed policy reference. AWS can change
@@ -22,8 +24,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-
-from tests.unit.template_contract.cfn import referenced_ids
 
 if TYPE_CHECKING:
     from tests.unit.template_contract.cfn import Stack
@@ -80,7 +80,9 @@ _ACTION = re.compile(r"[a-z0-9-]+:[A-Za-z0-9]+")
 class Grant:
     """One statement a deployed role (or a managed policy) holds."""
 
-    holder: str  # logical id of the function, state machine or IAM resource
+    # logical id of the function or state machine (also when its role is an explicit
+    # AWS::IAM::Role of the template), or of an IAM resource no single one uses
+    holder: str
     source: str  # "Policies/<Sid>", "managed/<policy>", "EventInvokeConfig/OnFailure", ...
     effect: str
     actions: tuple[str, ...]
@@ -177,24 +179,33 @@ def _own_role(stack: Stack, logical_id: str, properties: dict[str, Any]) -> bool
     """Whether the resource names its own role: one of the template's AWS::IAM::Role resources."""
     if "Role" not in properties:
         return False
-    names = referenced_ids(properties["Role"])
-    if len(names) == 1 and stack.resources.get(next(iter(names)), {}).get("Type") == IAM_ROLE:
-        return True
-    msg = f"{logical_id}: its Role is not one of the template's {IAM_ROLE} resources"
-    raise AssertionError(msg)
+    stack.role_of(logical_id)  # raises for a Role from outside the template, or Policies beside it
+    return True
+
+
+def _role_user(stack: Stack, role: str) -> str:
+    """The one function or state machine whose ``Role`` is ``role`` (else ``role`` itself)."""
+    users = [
+        logical_id
+        for logical_id in [*stack.of_type(FUNCTION), *stack.of_type(STATE_MACHINE)]
+        if "Role" in stack.properties(logical_id) and stack.role_of(logical_id) == role
+    ]
+    return users[0] if len(users) == 1 else role
 
 
 def _iam_role_grants(stack: Stack, logical_id: str) -> list[Grant]:
     properties = stack.resolved_properties(logical_id)
-    grants = []
-    for policy in properties.get("Policies", []):
-        grants += _document_grants(logical_id, str(policy["PolicyName"]), policy["PolicyDocument"])
+    holder = _role_user(stack, logical_id)
+    grants = [
+        Grant(holder, f"Policies/{s.sid}", s.effect, s.actions, s.resources, s.raw)
+        for s in stack.statements(logical_id)
+    ]
     for arn in properties.get("ManagedPolicyArns", []):
         name = str(arn).rpartition("/")[2]
         if not str(arn).startswith("arn:aws:iam::aws:policy/") or name not in MANAGED_POLICIES:
             msg = f"{logical_id}: managed policy {arn} cannot be checked offline"
             raise AssertionError(msg)
-        grants.append(_managed(logical_id, name))
+        grants.append(_managed(holder, name))
     return grants
 
 
