@@ -505,18 +505,11 @@ STAR_RESOURCE_ACTIONS = frozenset(
         "xray:GetSamplingRules",
         "xray:GetSamplingTargets",
         "xray:GetSamplingStatisticSummaries",
-        # Step Functions log delivery (the state machines' DeliverExecutionLogs)
-        "logs:CreateLogDelivery",
-        "logs:GetLogDelivery",
-        "logs:UpdateLogDelivery",
-        "logs:DeleteLogDelivery",
-        "logs:ListLogDeliveries",
-        "logs:PutResourcePolicy",
-        "logs:DescribeResourcePolicies",
-        "logs:DescribeLogGroups",
         # the callback function's ListStreams (its stream's event source mapping)
         "dynamodb:ListStreams",
     }
+    # Step Functions log delivery (the state machines' DeliverExecutionLogs)
+    | LOG_DELIVERY_ACTIONS
 )
 # The statements of each function's role that Lambda uses, not the handler: the event
 # source mapping's polling, log delivery to the function's own log group, failure
