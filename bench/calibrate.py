@@ -26,10 +26,17 @@ from typing import TYPE_CHECKING, Any
 
 from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 
-from bench.stack import CHILD, MAP_MACHINE, local_stack, payload, wait_stopped, warm_interpreter
+from bench.stack import (
+    CHILD,
+    MAP_MACHINE,
+    attempt_one_item,
+    local_stack,
+    payload,
+    wait_stopped,
+    warm_interpreter,
+)
 from dependency_tracker.models import (
     PayloadState,
-    PayloadStateItem,
     WaiterItem,
     waiter_id_for,
 )
@@ -153,21 +160,8 @@ class _Calibration:
         return f"cal/workflow-{CHILD}/{tag}-{self._serial:06d}"
 
     def _state_item(self, payload_id: str, state: PayloadState) -> dict[str, Any]:
-        now = _now()
         arn = f"{self.child.replace(':stateMachine:', ':execution:')}:{payload_id[-40:]}-1"
-        item = PayloadStateItem(
-            payload_id=payload_id,
-            state=state,
-            workflow=CHILD,
-            attempt=1,
-            execution_arn=arn,
-            executions=[arn],
-            created_at=now,
-            updated_at=now,
-            claimed_at=now,
-            finished_at=now if state.is_terminal else None,
-        )
-        return item.to_item()
+        return attempt_one_item(payload_id, state, arn)
 
     def _waiter_item(self, payload_id: str, token: str, *, notified: bool) -> dict[str, Any]:
         now = _now()

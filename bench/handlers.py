@@ -24,7 +24,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from bench.counting import TRACKER, CallCounter, instrument
-from bench.stack import CHILD, local_stack, payload, payload_id
+from bench.stack import CHILD, attempt_one_item, local_stack, payload, payload_id
 from bench.stats import median, rounded
 from dependency_tracker import naming
 from dependency_tracker.handlers import process, update_state
@@ -32,7 +32,6 @@ from dependency_tracker.local.context import LocalContext
 from dependency_tracker.local.events import sqs_event, status_change_event
 from dependency_tracker.models import (
     PayloadState,
-    PayloadStateItem,
     Resolution,
     WaiterItem,
     waiter_id_for,
@@ -105,20 +104,7 @@ class _Handlers:
         """Store ``document``'s state item as attempt 1 in ``state``; that attempt's ARN."""
         pid = payload_id(document)
         arn = naming.execution_arn(self.child_arn, naming.execution_name(pid, 1))
-        now = datetime.now(UTC)
-        item = PayloadStateItem(
-            payload_id=pid,
-            state=state,
-            workflow=CHILD,
-            attempt=1,
-            execution_arn=arn,
-            executions=[arn],
-            created_at=now,
-            updated_at=now,
-            claimed_at=now,
-            finished_at=now if state.is_terminal else None,
-        )
-        self.ddb.put_item(TableName=self.states.table_name, Item=item.to_item())
+        self.ddb.put_item(TableName=self.states.table_name, Item=attempt_one_item(pid, state, arn))
         return arn
 
     def _waiters(self, pid: str, count: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 from dependency_tracker import definitions
 from dependency_tracker.local import LocalStack
 from dependency_tracker.local.stack import ROLE_ARN
-from dependency_tracker.models import ProcessPayload
+from dependency_tracker.models import PayloadState, PayloadStateItem, ProcessPayload
 
 CHILD = "simulate"
 MAP_MACHINE = "wait-for-dependencies"
@@ -86,6 +87,23 @@ def payload(item: str, *, seconds: int | None) -> dict[str, Any]:
         "features": [{"type": "Feature", "id": item, "collection": COLLECTION}],
         "process": [process],
     }
+
+
+def attempt_one_item(payload_id: str, state: PayloadState, execution_arn: str) -> dict[str, Any]:
+    """The state item of a ``simulate`` payload whose attempt 1 is in ``state``, as stored."""
+    now = datetime.now(UTC)
+    return PayloadStateItem(
+        payload_id=payload_id,
+        state=state,
+        workflow=CHILD,
+        attempt=1,
+        execution_arn=execution_arn,
+        executions=[execution_arn],
+        created_at=now,
+        updated_at=now,
+        claimed_at=now,
+        finished_at=now if state.is_terminal else None,
+    ).to_item()
 
 
 def payload_id(document: dict[str, Any]) -> str:
