@@ -1,0 +1,105 @@
+"""AWS service quotas the tracker meets, in one place, with how AWS measures them.
+
+The handlers size their writes against these numbers, and the strict layer of
+the embedded stack (:mod:`dependency_tracker.local.strict`) refuses what AWS
+would refuse with them. Each constant names the page that documents it;
+``docs/local.md`` lists them with whether moto enforces them.
+"""
+
+from __future__ import annotations
+
+import base64
+from decimal import Decimal
+from typing import Any
+
+KIB = 1024
+
+# Step Functions: "Quotas related to state throttling / payload size"
+# (https://docs.aws.amazon.com/step-functions/latest/dg/service-quotas.html).
+# Execution input, state data, and task outputs are all limited to 256 KiB of UTF-8.
+SFN_MAX_PAYLOAD_BYTES = 256 * KIB  # 262,144
+SFN_MAX_EXECUTION_NAME = 80
+# SendTaskFailure (API reference): error 0..256 characters, cause 0..32,768 characters.
+SFN_MAX_ERROR_CHARS = 256
+SFN_MAX_CAUSE_CHARS = 32_768
+# Standard workflows: 25,000 events in one execution history.
+SFN_MAX_HISTORY_EVENTS = 25_000
+
+# DynamoDB: "Service, account, and table quotas" and "Item sizes and formats"
+# (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html).
+DDB_MAX_ITEM_BYTES = 400 * KIB  # 409,600, attribute names included
+DDB_MAX_PARTITION_KEY_BYTES = 2048
+DDB_MAX_SORT_KEY_BYTES = 1024
+DDB_MAX_BATCH_WRITE_ITEMS = 25
+DDB_MAX_BATCH_GET_KEYS = 100
+DDB_MAX_TRANSACT_ITEMS = 100
+# One partition absorbs up to 1,000 write units (and 3,000 read units) a second.
+DDB_PARTITION_WRITE_UNITS_PER_SECOND = 1_000
+
+# SQS: "Amazon SQS message quotas": a queue's MaximumMessageSize, 1 KiB to 1 MiB,
+# 256 KiB unless set (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/
+# SQSDeveloperGuide/quotas-messages.html).
+SQS_DEFAULT_MAX_MESSAGE_BYTES = 256 * KIB
+SQS_MAX_MESSAGE_BYTES = 1024 * KIB
+SQS_MAX_BATCH_ENTRIES = 10
+
+
+def utf8_size(text: str) -> int:
+    """Bytes of ``text`` in UTF-8: how Step Functions, DynamoDB and SQS count strings."""
+    return len(text.encode("utf-8"))
+
+
+def number_size(text: str) -> int:
+    """Bytes DynamoDB counts for a number: about one per two significant digits, plus one.
+
+    "Numbers are variable length, with up to 38 significant digits. Leading and
+    trailing zeroes are trimmed. The size of a number is approximately (number
+    of UTF-8-encoded bytes of attribute name) + (1 byte per two significant
+    digits) + (1 byte)."
+    """
+    digits = Decimal(text).normalize().as_tuple().digits
+    significant = len(digits) if any(digits) else 1
+    return (significant + 1) // 2 + 1
+
+
+def attribute_value_size(value: dict[str, Any]) -> int:
+    """Bytes of one attribute value in DynamoDB's low-level JSON form (``{"S": ...}``).
+
+    Strings and binaries count their bytes; numbers as :func:`number_size`;
+    null and booleans one byte; lists and maps 3 bytes of overhead plus one
+    byte per element, plus their elements (map keys counted like attribute
+    names); sets the sum of their elements.
+    """
+    ((kind, inner),) = value.items()
+    if kind == "S":
+        return utf8_size(inner)
+    if kind == "N":
+        return number_size(inner)
+    if kind == "B":
+        return len(_binary(inner))
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "SS":
+        return sum(utf8_size(member) for member in inner)
+    if kind == "NS":
+        return sum(number_size(member) for member in inner)
+    if kind == "BS":
+        return sum(len(_binary(member)) for member in inner)
+    if kind == "L":
+        return 3 + sum(1 + attribute_value_size(member) for member in inner)
+    if kind == "M":
+        return 3 + sum(
+            1 + utf8_size(name) + attribute_value_size(member) for name, member in inner.items()
+        )
+    msg = f"not a DynamoDB attribute value: {kind!r}"
+    raise ValueError(msg)
+
+
+def item_size(item: dict[str, Any]) -> int:
+    """Bytes DynamoDB counts for an item: each attribute's name plus its value."""
+    return sum(utf8_size(name) + attribute_value_size(value) for name, value in item.items())
+
+
+def _binary(value: str | bytes) -> bytes:
+    # The wire form is base64 text; boto3 hands over raw bytes.
+    return value if isinstance(value, bytes) else base64.b64decode(value)
