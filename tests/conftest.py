@@ -16,11 +16,12 @@ import pytest
 from moto import mock_aws
 from moto.dynamodb.models import table as moto_table
 
-from dependency_tracker import clients, settings
+from dependency_tracker import clients, limits, settings
 from dependency_tracker.handlers import callback as callback_handler
 from dependency_tracker.handlers import process as process_handler
 from dependency_tracker.handlers import update_state as update_state_handler
 from dependency_tracker.local.context import LocalContext
+from dependency_tracker.local.strict import strict_limits
 from dependency_tracker.models import PayloadState, PayloadStateItem, ProcessPayload
 from dependency_tracker.observability import logger
 from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
@@ -199,15 +200,21 @@ INVALID_WORKFLOW = {
 
 @pytest.fixture
 def aws(aws_env: None) -> Iterator[Aws]:
-    """A moto account executing state machines, with both tables and the process queue."""
-    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+    """A moto account executing state machines, with both tables and the process queue.
+
+    moto refuses here what AWS would refuse (the strict layer, as in ``LocalStack``).
+    """
+    with strict_limits(), mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         session = boto3.session.Session()
         dynamodb = session.client("dynamodb")
         stream_arn = create_tables(
             dynamodb, state_table=STATE_TABLE, dependency_table=DEPENDENCY_TABLE
         )
         sqs = session.client("sqs")
-        queue_url = sqs.create_queue(QueueName="deptrack-process")["QueueUrl"]
+        queue_url = sqs.create_queue(
+            QueueName="deptrack-process",
+            Attributes={"MaximumMessageSize": str(limits.SQS_DEFAULT_MAX_MESSAGE_BYTES)},
+        )["QueueUrl"]
         queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
             "Attributes"
         ]["QueueArn"]

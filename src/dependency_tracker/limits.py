@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import base64
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 KIB = 1024
 
@@ -25,8 +28,8 @@ SFN_MAX_CAUSE_CHARS = 32_768
 # Standard workflows: 25,000 events in one execution history.
 SFN_MAX_HISTORY_EVENTS = 25_000
 
-# DynamoDB: "Service, account, and table quotas" and "Item sizes and formats"
-# (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html).
+# DynamoDB quotas, per the developer guide's pages on service quotas and on item
+# sizes (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html).
 DDB_MAX_ITEM_BYTES = 400 * KIB  # 409,600, attribute names included
 DDB_MAX_PARTITION_KEY_BYTES = 2048
 DDB_MAX_SORT_KEY_BYTES = 1024
@@ -71,28 +74,36 @@ def attribute_value_size(value: dict[str, Any]) -> int:
     names); sets the sum of their elements.
     """
     ((kind, inner),) = value.items()
-    if kind == "S":
-        return utf8_size(inner)
-    if kind == "N":
-        return number_size(inner)
-    if kind == "B":
-        return len(_binary(inner))
-    if kind in ("BOOL", "NULL"):
-        return 1
-    if kind == "SS":
-        return sum(utf8_size(member) for member in inner)
-    if kind == "NS":
-        return sum(number_size(member) for member in inner)
-    if kind == "BS":
-        return sum(len(_binary(member)) for member in inner)
-    if kind == "L":
-        return 3 + sum(1 + attribute_value_size(member) for member in inner)
-    if kind == "M":
-        return 3 + sum(
-            1 + utf8_size(name) + attribute_value_size(member) for name, member in inner.items()
-        )
-    msg = f"not a DynamoDB attribute value: {kind!r}"
-    raise ValueError(msg)
+    try:
+        measure = _MEASURES[kind]
+    except KeyError:
+        msg = f"not a DynamoDB attribute value: {kind!r}"
+        raise ValueError(msg) from None
+    return measure(inner)
+
+
+def _list_size(members: list[dict[str, Any]]) -> int:
+    return 3 + sum(1 + attribute_value_size(member) for member in members)
+
+
+def _map_size(members: dict[str, dict[str, Any]]) -> int:
+    return 3 + sum(
+        1 + utf8_size(name) + attribute_value_size(member) for name, member in members.items()
+    )
+
+
+_MEASURES: dict[str, Callable[[Any], int]] = {
+    "S": utf8_size,
+    "N": number_size,
+    "B": lambda inner: len(_binary(inner)),
+    "BOOL": lambda _: 1,
+    "NULL": lambda _: 1,
+    "SS": lambda inner: sum(utf8_size(member) for member in inner),
+    "NS": lambda inner: sum(number_size(member) for member in inner),
+    "BS": lambda inner: sum(len(_binary(member)) for member in inner),
+    "L": _list_size,
+    "M": _map_size,
+}
 
 
 def item_size(item: dict[str, Any]) -> int:

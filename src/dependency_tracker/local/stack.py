@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -12,11 +13,12 @@ from typing import IO, TYPE_CHECKING, Any, Self
 import boto3
 from moto import mock_aws
 
-from dependency_tracker import clients, definitions, settings
+from dependency_tracker import clients, definitions, limits, settings
 from dependency_tracker.handlers import callback, process, update_state
 from dependency_tracker.local.pumps import ExecutionPump, SqsPump, StreamPump
 from dependency_tracker.local.runner import Invoker, PumpRunner, ThreadRoutedStdout
 from dependency_tracker.local.server import MotoServer
+from dependency_tracker.local.strict import strict_limits
 from dependency_tracker.observability import logger
 from dependency_tracker.stores.schema import create_tables
 
@@ -44,6 +46,13 @@ class LocalStack:
     ``endpoint_url``: ``outputs`` then also holds ``EndpointUrl``, and the
     handlers and ``client()`` go through that endpoint.
 
+    With ``strict`` (the default) moto refuses what AWS would refuse (item and
+    key sizes, batch sizes, execution input and task output sizes, execution
+    names, message sizes; see :mod:`dependency_tracker.local.strict` and the
+    limits table in ``docs/local.md``), for the stack's handlers and for any
+    other code in the process, such as a user's own pipeline tests. Queues are
+    created with a ``MaximumMessageSize`` of 256 KiB, as the template's.
+
     Example:
         >>> with LocalStack(prefix="deptrack") as stack:  # doctest: +SKIP
         ...     stack.client("sqs").send_message(QueueUrl=stack.outputs["ProcessQueueUrl"], ...)
@@ -64,6 +73,7 @@ class LocalStack:
         sink: IO[str] | None = None,
         port: int | None = None,
         host: str = "127.0.0.1",
+        strict: bool = True,
     ) -> None:
         self.prefix = prefix
         self.region = region
@@ -80,6 +90,8 @@ class LocalStack:
         self._mock: Any = None
         self._port = port
         self._host = host
+        self.strict = strict
+        self._strict_block: contextlib.ExitStack | None = None
         self.endpoint_url: str | None = None
         self._saved_env: dict[str, str | None] = {}
         self._saved_log_level: int | None = None
@@ -135,6 +147,9 @@ class LocalStack:
             self._moto_log_handler = logging.StreamHandler(self._sink)
             _MOTO_SFN_LOGGER.addHandler(self._moto_log_handler)
             _MOTO_SFN_LOGGER.propagate = False
+        if self.strict:
+            self._strict_block = contextlib.ExitStack()
+            self._strict_block.enter_context(strict_limits())
         try:
             self._start_moto()
             self._create(names)
@@ -153,6 +168,20 @@ class LocalStack:
         if self._mock is not None:
             self._mock.stop()
             self._mock = None
+        if self._strict_block is not None:
+            self._strict_block.close()
+            self._strict_block = None
+        self._restore_output()
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_env.clear()
+        _reset_caches()
+
+    def _restore_output(self) -> None:
+        """Give the tracker's logger, stdout and moto's logger back their streams."""
         if self._saved_log_level is not None:
             logger.setLevel(self._saved_log_level)
             self._saved_log_level = None
@@ -167,13 +196,6 @@ class LocalStack:
             _MOTO_SFN_LOGGER.removeHandler(self._moto_log_handler)
             _MOTO_SFN_LOGGER.propagate = True
             self._moto_log_handler = None
-        for name, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        self._saved_env.clear()
-        _reset_caches()
 
     # ------------------------------------------------------------------ API
 
@@ -301,6 +323,8 @@ class LocalStack:
             QueueName=name,
             Attributes={
                 "VisibilityTimeout": str(self._visibility_timeout),
+                # As the template's queues: the tracker sizes its messages for 256 KiB.
+                "MaximumMessageSize": str(limits.SQS_DEFAULT_MAX_MESSAGE_BYTES),
                 "RedrivePolicy": json.dumps(redrive),
             },
         )["QueueUrl"]
