@@ -369,6 +369,10 @@ def _topic(name: str, scope: str) -> Physical:
     return Physical(arn, {"TopicArn": arn, "TopicName": name})
 
 
+def _rule(name: str, scope: str) -> Physical:
+    return Physical(name, {"Arn": f"arn:{scope.format(service='events')}:rule/{name}"})
+
+
 def _role(name: str, scope: str) -> Physical:
     partition, _, _, account = scope.split(":")
     return Physical(name, {"Arn": f"arn:{partition}:iam::{account}:role/{name}"})
@@ -386,6 +390,7 @@ _PHYSICAL: dict[str, tuple[str, Callable[[str, str], Physical]]] = {
     "AWS::Logs::LogGroup": ("LogGroupName", _log_group),
     "AWS::SNS::Topic": ("TopicName", _topic),
     "AWS::IAM::Role": ("RoleName", _role),
+    "AWS::Events::Rule": ("Name", _rule),
 }
 
 

@@ -1,0 +1,406 @@
+"""Contract tests on the template as CloudFormation receives it: after the SAM transform.
+
+``test_template.py`` reads ``template.yaml`` as written and models what SAM makes of it
+(``template_contract.cfn`` merges ``Globals``; ``template_contract.iam`` models the roles
+SAM builds). Here the SAM translator itself transforms the template, offline
+(``template_contract.transformed``), and the tests check what it generates: the
+functions with their merged settings, the roles of the state machines, the event source
+mappings, the rule and its Lambda permission, the asynchronous invoke config, and that
+the models in ``template_contract`` agree with it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from dependency_tracker.filters import CALLBACK_STREAM_FILTER, update_state_event_pattern
+from tests.unit.template_contract import iam
+from tests.unit.template_contract.cfn import ACCOUNT, Stack, load_template, referenced_ids
+from tests.unit.template_contract.transformed import transform, transformed_template
+from tests.unit.test_template import (
+    DESTINATION_ACTIONS,
+    EVERYTHING_ON,
+    FUNCTIONS,
+    LAMBDA_SERVICE_STATEMENTS,
+    LOG_WRITE_ACTIONS,
+    OTHER_STACK,
+    SQS_POLL_ACTIONS,
+    STATE_MACHINE,
+    STREAM_READ_ACTIONS,
+    XRAY_UPLOAD_ACTIONS,
+    lambda_service_needs,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+LAMBDA_FUNCTION = "AWS::Lambda::Function"
+SFN_STATE_MACHINE = "AWS::StepFunctions::StateMachine"
+MAPPING = "AWS::Lambda::EventSourceMapping"
+# What SAM adds beside the resources the template names, by type. A new kind (or one
+# more of a kind) means SAM now builds something the tests below have not looked at.
+GENERATED_COUNTS = {
+    MAPPING: 3,  # process queue, status reports, dependency stream
+    "AWS::Events::Rule": 1,  # update-state's EventBridgeRule event
+    "AWS::Lambda::Permission": 1,  # that rule invoking update-state
+    "AWS::Lambda::EventInvokeConfig": 1,  # update-state's retries and on-failure destination
+    "AWS::IAM::Role": 4,  # one per state machine; the functions bring their own
+}
+# Settings SAM copies from a function (with Globals merged) to AWS::Lambda::Function.
+COPIED_SETTINGS = (
+    "FunctionName",
+    "Handler",
+    "Runtime",
+    "Architectures",
+    "MemorySize",
+    "Timeout",
+    "Environment",
+    "LoggingConfig",
+    "Role",
+    "Description",
+)
+PARAMETER_SETS = [
+    pytest.param({}, id="defaults"),
+    pytest.param(EVERYTHING_ON, id="everything-on"),
+    pytest.param(
+        {**OTHER_STACK, "ProcessBatchSize": "50", "ProcessBatchingWindowSeconds": "5"},
+        id="other-stack",
+    ),
+]
+
+
+@pytest.fixture(scope="session")
+def transformed() -> dict[str, Any]:
+    return transformed_template()
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    return load_template()
+
+
+def mappings(stack: Stack, function: str) -> list[dict[str, Any]]:
+    """Resolved properties of the event source mappings SAM generated for ``function``."""
+    return [
+        stack.resolved_properties(logical_id)
+        for logical_id in stack.of_type(MAPPING)
+        if referenced_ids(stack.resources[logical_id]["Properties"]["FunctionName"]) == {function}
+    ]
+
+
+def mapping_from(stack: Stack, function: str, source: str) -> dict[str, Any]:
+    (found,) = [m for m in mappings(stack, function) if m["EventSourceArn"] == source]
+    return found
+
+
+def role_holders(stack: Stack) -> dict[str, str]:
+    """Role logical id → the function or state machine that runs with it."""
+    holders = {}
+    for kind, key in ((LAMBDA_FUNCTION, "Role"), (SFN_STATE_MACHINE, "RoleArn")):
+        for logical_id in stack.of_type(kind):
+            (role,) = referenced_ids(stack.resources[logical_id]["Properties"][key])
+            assert role not in holders, f"{role} is shared"
+            holders[role] = logical_id
+    return holders
+
+
+# ---------------------------------------------------------------------- the transform
+
+
+def test_transform_replaces_every_sam_resource_and_keeps_the_rest(
+    template: dict[str, Any], transformed: dict[str, Any]
+) -> None:
+    resources = transformed["Resources"]
+    assert "Transform" not in transformed
+    assert "Globals" not in transformed
+    assert not [r for r in resources.values() if r["Type"].startswith("AWS::Serverless::")]
+    for logical_id, resource in template["Resources"].items():
+        kind = resource["Type"]
+        if kind == "AWS::Serverless::Function":
+            assert resources[logical_id]["Type"] == LAMBDA_FUNCTION
+        elif kind == STATE_MACHINE:
+            assert resources[logical_id]["Type"] == SFN_STATE_MACHINE
+        else:
+            # SAM leaves the template's own resources exactly as written
+            assert resources[logical_id] == resource, logical_id
+    # the sections CloudFormation evaluates pass through unchanged
+    for section in ("Parameters", "Conditions", "Outputs", "Rules", "Metadata"):
+        assert transformed.get(section) == template.get(section), section
+    added = {name: r["Type"] for name, r in resources.items() if name not in template["Resources"]}
+    counts = {kind: list(added.values()).count(kind) for kind in set(added.values())}
+    assert counts == GENERATED_COUNTS, sorted(added.items())
+
+
+@pytest.mark.parametrize("parameters", PARAMETER_SETS)
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_functions_get_the_settings_the_globals_model_gives(
+    template: dict[str, Any], transformed: dict[str, Any], function: str, parameters: dict[str, str]
+) -> None:
+    # GIVEN the function as test_template.py reads it (Globals merged by template_contract.cfn)
+    modelled = Stack(template, parameters).resolved_properties(function)
+    # WHEN SAM builds the Lambda function
+    built = Stack(transformed, parameters).resolved_properties(function)
+    # THEN it has exactly those settings: what every other contract test checks is deployed
+    for name in COPIED_SETTINGS:
+        assert built.get(name) == modelled.get(name), name
+    assert built["TracingConfig"] == {"Mode": modelled["Tracing"]}
+    assert built["Code"]["S3Bucket"], "packaged code"
+
+
+def test_state_machines_keep_name_type_substitutions_logging_and_tracing(
+    template: dict[str, Any], transformed: dict[str, Any]
+) -> None:
+    source, built = Stack(template), Stack(transformed)
+    machines = source.of_type(STATE_MACHINE)
+    assert sorted(machines) == sorted(built.of_type(SFN_STATE_MACHINE))
+    for logical_id in machines:
+        written = source.resolved_properties(logical_id)
+        deployed = built.resolved_properties(logical_id)
+        assert deployed["StateMachineName"] == written["Name"]
+        assert deployed["StateMachineType"] == written["Type"]
+        assert deployed["DefinitionSubstitutions"] == written["DefinitionSubstitutions"]
+        assert deployed["DefinitionS3Location"]["Key"] == written["DefinitionUri"]
+        assert deployed["LoggingConfiguration"] == written["Logging"]
+        assert deployed["LoggingConfiguration"]["IncludeExecutionData"] is False
+        assert deployed["TracingConfiguration"] == {"Enabled": True}
+        assert built.physical(logical_id).ref == source.physical(logical_id).ref
+
+
+# ---------------------------------------------------------------------- roles
+
+
+def test_sam_builds_one_role_per_state_machine_and_none_for_the_functions(
+    template: dict[str, Any], transformed: dict[str, Any]
+) -> None:
+    stack = Stack(transformed)
+    holders = role_holders(stack)
+    own_roles = set(Stack(template).of_type("AWS::IAM::Role"))
+    for function in FUNCTIONS:
+        # each function runs with its own role from the template, nothing SAM made
+        (role,) = [r for r, holder in holders.items() if holder == function]
+        assert role in own_roles, function
+    for machine in stack.of_type(SFN_STATE_MACHINE):
+        (role,) = [r for r, holder in holders.items() if holder == machine]
+        assert role not in own_roles, machine
+        properties = stack.resolved_properties(role)
+        assert properties["AssumeRolePolicyDocument"]["Statement"] == [
+            {
+                "Action": ["sts:AssumeRole"],
+                "Effect": "Allow",
+                "Principal": {"Service": ["states.amazonaws.com"]},
+            }
+        ], "only Step Functions may assume a state machine's role"
+        assert "PermissionsBoundary" not in properties
+    assert set(holders) == set(stack.of_type("AWS::IAM::Role")), "a role nobody uses"
+
+
+@pytest.mark.parametrize("parameters", PARAMETER_SETS)
+def test_modelled_grants_are_the_grants_sam_writes(
+    template: dict[str, Any], transformed: dict[str, Any], parameters: dict[str, str]
+) -> None:
+    # GIVEN every grant template_contract.iam models (what test_template.py's IAM checks read)
+    modelled = {
+        (grant.holder, grant.effect, action, resource)
+        for grant in iam.role_grants(Stack(template, parameters))
+        for action in grant.actions
+        for resource in grant.resources
+    }
+    # WHEN the roles of the transformed template are read, statement by statement
+    built = Stack(transformed, parameters)
+    holders = role_holders(built)
+    written = {
+        (holders[grant.holder], grant.effect, action, resource)
+        for grant in iam.role_grants(built)
+        for action in grant.actions
+        for resource in grant.resources
+    }
+    # THEN they are the same: no grant SAM adds that the model misses, none the other way
+    assert sorted(written - modelled) == []
+    assert sorted(modelled - written) == []
+    # AND SAM attached exactly the managed policies the model names
+    managed = {
+        (holders[g.holder], g.source) for g in iam.role_grants(built) if g.source.startswith("man")
+    }
+    assert managed == {
+        (g.holder, g.source) for g in iam.role_grants(Stack(template, parameters)) if g.sam_managed
+    }
+
+
+# ---------------------------------------------------------------------- event sources
+
+
+@pytest.mark.parametrize("parameters", PARAMETER_SETS)
+def test_process_queue_mapping(transformed: dict[str, Any], parameters: dict[str, str]) -> None:
+    stack = Stack(transformed, parameters)
+    (mapping,) = mappings(stack, "ProcessFunction")
+    assert mapping["EventSourceArn"] == stack.arn_of("ProcessQueue")
+    # the parameters reach the mapping as given (CloudFormation passes them as strings)
+    assert mapping["BatchSize"] == stack.parameter("ProcessBatchSize")
+    assert mapping["MaximumBatchingWindowInSeconds"] == stack.parameter(
+        "ProcessBatchingWindowSeconds"
+    )
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    # every message reaches the handler (it records invalid ones); failures redrive to the DLQ
+    assert "FilterCriteria" not in mapping
+    assert "DestinationConfig" not in mapping
+    assert mapping.get("Enabled", True) is True
+
+
+def test_status_report_mapping(transformed: dict[str, Any]) -> None:
+    stack = Stack(transformed)
+    mapping = mapping_from(stack, "UpdateStateFunction", stack.arn_of("StatusReportQueue"))
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    # AWS: an SQS batch over 10 needs a batching window of at least 1 s
+    window = int(mapping.get("MaximumBatchingWindowInSeconds", 0))
+    assert int(mapping["BatchSize"]) <= 10 or window >= 1
+    assert "FilterCriteria" not in mapping
+    assert len(mappings(stack, "UpdateStateFunction")) == 1, "its other event is pushed"
+
+
+def test_dependency_stream_mapping(transformed: dict[str, Any]) -> None:
+    stack = Stack(transformed)
+    stream = stack.physical("DependencyTable").attributes["StreamArn"]
+    (mapping,) = mappings(stack, "CallbackFunction")
+    assert mapping["EventSourceArn"] == stream
+    assert mapping["StartingPosition"] == "TRIM_HORIZON", "rows written before it was created"
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert mapping["BisectBatchOnFunctionError"] is True
+    assert 0 <= mapping["MaximumRetryAttempts"] <= 100
+    # SAM keeps only the destination's ARN (Lambda infers the type from it)
+    assert mapping["DestinationConfig"] == {
+        "OnFailure": {"Destination": stack.arn_of("CallbackFailureQueue")}
+    }
+    (only,) = mapping["FilterCriteria"]["Filters"]
+    assert json.loads(only["Pattern"]) == CALLBACK_STREAM_FILTER
+
+
+def test_update_state_rule_permission_and_invoke_config(transformed: dict[str, Any]) -> None:
+    stack = Stack(transformed, OTHER_STACK, region="eu-west-1")
+    # GIVEN the rule SAM made of the EventBridgeRule event
+    (rule_id,) = stack.of_type("AWS::Events::Rule")
+    rule = stack.resolved_properties(rule_id)
+    prefix = f"arn:aws:states:eu-west-1:{ACCOUNT}:stateMachine:pipeline-"
+    assert rule["EventPattern"] == update_state_event_pattern(prefix)
+    (target,) = rule["Targets"]
+    assert target["Arn"] == stack.arn_of("UpdateStateFunction")
+    assert target["DeadLetterConfig"] == {"Arn": stack.arn_of("UpdateStateDlq")}
+    assert 0 < target["RetryPolicy"]["MaximumRetryAttempts"] <= 185
+    # THEN the only resource policy on a function lets exactly that rule invoke update-state
+    (permission_id,) = stack.of_type("AWS::Lambda::Permission")
+    permission = stack.resolved_properties(permission_id)
+    assert permission == {
+        "Action": "lambda:InvokeFunction",
+        "FunctionName": stack.physical("UpdateStateFunction").ref,
+        "Principal": "events.amazonaws.com",
+        "SourceArn": stack.arn_of(rule_id),
+    }
+    # AND the DLQ admits the same rule, by the ARN CloudFormation gives it
+    (allow,) = stack.resolved_properties("UpdateStateDlqPolicy")["PolicyDocument"]["Statement"]
+    assert allow["Condition"] == {"ArnEquals": {"aws:SourceArn": stack.arn_of(rule_id)}}
+    # AND errors of the function itself go, after Lambda's retries, to the same DLQ
+    (config_id,) = stack.of_type("AWS::Lambda::EventInvokeConfig")
+    config = stack.resolved_properties(config_id)
+    assert config["FunctionName"] == stack.physical("UpdateStateFunction").ref
+    assert config["Qualifier"] == "$LATEST"
+    assert config["MaximumRetryAttempts"] == 2
+    assert config["DestinationConfig"] == {
+        "OnFailure": {"Destination": stack.arn_of("UpdateStateDlq")}
+    }
+
+
+# ---------------------------------------------------------------------- Lambda's own grants
+
+
+def deployed_service_needs(stack: Stack, function: str) -> set[tuple[str, str]]:
+    """(action, resource) pairs Lambda needs from the role, read from the transformed template.
+
+    The same derivation as ``test_template.lambda_service_needs``, but from what
+    CloudFormation creates: the function's log group and tracing mode, the event source
+    mappings naming it (queue or stream, on-failure destination) and its invoke config.
+    """
+    properties = stack.resolved_properties(function)
+    group = stack.resources[function]["Properties"]["LoggingConfig"]["LogGroup"]
+    (log_group,) = referenced_ids(group)
+    needs = {(action, stack.arn_of(log_group)) for action in LOG_WRITE_ACTIONS}
+    if properties.get("TracingConfig", {}).get("Mode") == "Active":
+        needs |= {(action, "*") for action in XRAY_UPLOAD_ACTIONS}
+    destinations = []
+    for mapping in mappings(stack, function):
+        source = str(mapping["EventSourceArn"])
+        service = source.split(":")[2]
+        if service == "sqs":
+            needs |= {(action, source) for action in SQS_POLL_ACTIONS}
+        elif service == "dynamodb" and "/stream/" in source:
+            needs |= {(action, source) for action in STREAM_READ_ACTIONS}
+            needs.add(("dynamodb:ListStreams", "*"))
+        else:
+            pytest.fail(f"{function}: teach deployed_service_needs {source}")
+        destinations.append(mapping.get("DestinationConfig", {}).get("OnFailure"))
+    for config_id in stack.of_type("AWS::Lambda::EventInvokeConfig"):
+        config = stack.resources[config_id]["Properties"]
+        if referenced_ids(config["FunctionName"]) == {function}:
+            resolved = stack.resolved_properties(config_id)["DestinationConfig"]
+            destinations += [resolved.get(outcome) for outcome in ("OnSuccess", "OnFailure")]
+    for destination in filter(None, destinations):
+        arn = str(destination["Destination"])
+        kind = {"sqs": "SQS"}[arn.split(":")[2]]
+        needs.add((DESTINATION_ACTIONS[kind], arn))
+    return needs
+
+
+@pytest.mark.parametrize("parameters", PARAMETER_SETS)
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_lambda_service_grants_match_what_the_transformed_template_creates(
+    template: dict[str, Any], transformed: dict[str, Any], function: str, parameters: dict[str, str]
+) -> None:
+    # GIVEN what Lambda needs, read from the resources CloudFormation creates
+    built = Stack(transformed, parameters)
+    needs = deployed_service_needs(built, function)
+    # THEN the derivation test_template.py makes from the SAM events finds the same
+    assert needs == lambda_service_needs(Stack(template, parameters), function)
+    # AND the role's Lambda-service statements grant exactly that
+    statements = {s.sid: s for s in built.statements(function)}
+    granted = {
+        (action, resource)
+        for sid in LAMBDA_SERVICE_STATEMENTS[function]
+        for action in statements[sid].actions
+        for resource in statements[sid].resources
+    }
+    assert granted == needs
+
+
+# ---------------------------------------------------------------------- linting
+
+
+def test_cfn_lint_reports_no_errors_on_the_transformed_template(
+    transformed: dict[str, Any], tmp_path: Path
+) -> None:
+    from cfnlint.api import lint_file  # noqa: PLC0415  (slow import, only here)
+
+    path = tmp_path / "transformed.json"
+    path.write_text(json.dumps(transformed, indent=1))
+    found = lint_file(path)
+    assert [f"{m.rule.id} line {m.linenumber}: {m.message}" for m in found] == []
+
+
+def test_transform_makes_no_aws_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        pytest.fail(f"the transform called AWS: {args[1:2]}")
+
+    # every boto3 client call goes through _make_api_call; no credentials are needed either
+    monkeypatch.setattr("botocore.client.BaseClient._make_api_call", refuse)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    result = transform()
+    # SAM wrote the managed policy ARN from the fixed map, for the session's region
+    arns = {
+        str(arn)
+        for resource in result["Resources"].values()
+        if resource["Type"] == "AWS::IAM::Role"
+        for arn in resource["Properties"].get("ManagedPolicyArns", [])
+    }
+    assert arns == {"arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess"}
