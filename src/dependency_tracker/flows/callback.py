@@ -7,6 +7,7 @@ marking first could lose the wake-up for good.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from enum import StrEnum, unique
 from typing import TYPE_CHECKING, Self
@@ -16,6 +17,9 @@ from botocore.exceptions import ClientError
 
 from dependency_tracker.clients import client
 from dependency_tracker.errors import CallbackDeliveryError
+from dependency_tracker.flows._text import clip
+from dependency_tracker.flows.join_limits import MAX_MEMBER_ERROR_CHARS
+from dependency_tracker.limits import SFN_MAX_CAUSE_CHARS, SFN_MAX_ERROR_CHARS, utf8_size
 from dependency_tracker.models import (
     CallbackFailure,
     CallbackSuccess,
@@ -28,17 +32,23 @@ from dependency_tracker.models import (
     Row,
     WaiterItem,
 )
+from dependency_tracker.models.outputs import (
+    CALLBACK_OUTPUTS_PREFIX,
+    MAX_JOIN_OUTPUT_BYTES,
+    MAX_WAIT_OUTPUT_BYTES,
+)
 from dependency_tracker.observability import logger, metrics, redact_token
-from dependency_tracker.stores import DependencyTable
+from dependency_tracker.stores import DependencyTable, PayloadBucket
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mypy_boto3_stepfunctions import SFNClient
 
     from dependency_tracker.settings import Settings
 
 # The parent finished, timed out or was already resumed: nobody to tell.
 PARENT_GONE_CODES = frozenset({"TaskTimedOut", "InvalidToken", "TaskDoesNotExist"})
-MAX_FAILURE_CAUSE = 32_768
 
 
 @unique
@@ -61,11 +71,17 @@ class CallbackFlow:
     """Sends ``SendTaskSuccess``/``SendTaskFailure`` for terminal waiter rows."""
 
     def __init__(
-        self, *, settings: Settings, dependencies: DependencyTable, sfn: SFNClient
+        self,
+        *,
+        settings: Settings,
+        dependencies: DependencyTable,
+        sfn: SFNClient,
+        bucket: PayloadBucket | None = None,
     ) -> None:
         self.settings = settings
         self.dependencies = dependencies
         self._sfn = sfn
+        self._bucket = bucket
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
@@ -74,6 +90,7 @@ class CallbackFlow:
             settings=settings,
             dependencies=DependencyTable(client("dynamodb"), settings.dependency_table),
             sfn=client("stepfunctions"),
+            bucket=PayloadBucket(client("s3"), settings.payload_bucket),
         )
 
     def handle(self, image: Row) -> CallbackAction:
@@ -133,7 +150,11 @@ class CallbackFlow:
         current, resolution = found
         if not isinstance(current, MembershipItem):
             return CallbackAction.ALREADY_NOTIFIED
-        join = self.dependencies.record_member(current.join_id, current.payload_id, resolution)
+        # Bounded so the join row's worst case is known before the join is accepted
+        # (flows/join_limits.py); an Express status report may carry any error.
+        error = clip(resolution.error, MAX_MEMBER_ERROR_CHARS)
+        recorded = resolution.model_copy(update={"error": error})
+        join = self.dependencies.record_member(current.join_id, current.payload_id, recorded)
         if join is None:
             logger.warning("membership of a join that does not exist")
         elif join.workflow_state is PayloadState.PROCESSING and (decided := join.decision()):
@@ -167,7 +188,13 @@ class CallbackFlow:
                 replayed=resolution.replayed,
                 result=json.loads(resolution.result_json) if resolution.result_json else None,
             )
-            return self._send(waiter.task_token, resolution.state, output=success.model_dump_json())
+            output = self._bounded(
+                success.to_json(),
+                key=_output_key("wait", waiter.payload_id, waiter.waiter_id),
+                reference=success.reference,
+                limit=MAX_WAIT_OUTPUT_BYTES,
+            )
+            return self._send(waiter.task_token, resolution.state, output=output)
         failure = CallbackFailure(
             error=waiter.error_name or DependencyError.for_state(resolution.state),
             payload_id=waiter.payload_id,
@@ -181,11 +208,42 @@ class CallbackFlow:
         )
 
     def _send_join(self, join: JoinItem) -> tuple[CallbackAction, str]:
-        summary = JoinSummary.of(join).to_json()
+        summary = JoinSummary.of(join)
+        # The same bounded summary is the success output or the failure cause.
+        text = self._bounded(
+            summary.to_json(),
+            key=_output_key("join", join.payload_id, join.waiter_id),
+            reference=summary.reference,
+            limit=MAX_JOIN_OUTPUT_BYTES,
+        )
         if join.workflow_state is PayloadState.SUCCEEDED:
-            return self._send(join.task_token, join.workflow_state, output=summary)
+            return self._send(join.task_token, join.workflow_state, output=text)
         error = DependencyError(join.error) if join.error else DependencyError.QUORUM_UNREACHABLE
-        return self._send(join.task_token, join.workflow_state, error=error, cause=summary)
+        return self._send(join.task_token, join.workflow_state, error=error, cause=text)
+
+    def _bounded(
+        self, full: str, *, key: str, reference: Callable[[str | None], str], limit: int
+    ) -> str:
+        """``full`` if it fits in ``limit`` bytes, else a reference to it in the bucket.
+
+        The key is derived from the row, so a redelivered record writes the same
+        object. Without a bucket the reference says ``truncated`` and names none:
+        an output over the limit is never sent.
+        """
+        size = utf8_size(full)
+        if size <= limit:
+            return full
+        if self._bucket is None or not self._bucket.writable:
+            logger.warning(
+                "callback output over its bound and no payload bucket: sent truncated",
+                extra={"bytes": size, "bound": limit},
+            )
+            metrics.add_metric(name="CallbackOutputsTruncated", unit=MetricUnit.Count, value=1)
+            return reference(None)
+        url = self._bucket.write(key, full)
+        logger.info("callback output stored", extra={"bytes": size, "bound": limit, "url": url})
+        metrics.add_metric(name="CallbackOutputsStored", unit=MetricUnit.Count, value=1)
+        return reference(url)
 
     def _send(
         self,
@@ -200,8 +258,12 @@ class CallbackFlow:
             if error is None:
                 self._sfn.send_task_success(taskToken=task_token, output=output or "{}")
             else:
+                # Both are bounded upstream (error names are short, causes are
+                # fitted JSON); the cut is the last guard against AWS's refusal.
                 self._sfn.send_task_failure(
-                    taskToken=task_token, error=error.value, cause=(cause or "")[:MAX_FAILURE_CAUSE]
+                    taskToken=task_token,
+                    error=error.value[:SFN_MAX_ERROR_CHARS],
+                    cause=(cause or "")[:SFN_MAX_CAUSE_CHARS],
                 )
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "Unknown")
@@ -210,3 +272,9 @@ class CallbackFlow:
                 return CallbackAction.PARENT_GONE, f"PARENT_GONE:{code}"
             raise CallbackDeliveryError(code, redact_token(task_token) or "") from exc
         return CallbackAction.SENT, f"SENT:{state.value}"
+
+
+def _output_key(kind: str, payload_id: str, waiter_id: str) -> str:
+    """Key of a row's stored callback output: the same for every delivery of the row."""
+    digest = hashlib.sha256(f"{payload_id}\n{waiter_id}".encode()).hexdigest()
+    return f"{CALLBACK_OUTPUTS_PREFIX}/{kind}/{digest}.json"

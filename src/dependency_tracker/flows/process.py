@@ -28,6 +28,7 @@ from dependency_tracker.errors import (
 )
 from dependency_tracker.flows._text import clip
 from dependency_tracker.flows.cycles import Cycle, CycleGuard
+from dependency_tracker.flows.join_limits import check_join_row
 from dependency_tracker.models import (
     JOIN_ROW_KEY,
     DependencyError,
@@ -371,6 +372,9 @@ class ProcessFlow:
             created_at=now,
             updated_at=now,
         )
+        # Before anything is written: a row that could outgrow 400 KB is refused now,
+        # not when a late member's update fails and leaves the join undecided.
+        check_join_row(row)
         if not self.dependencies.register(row):
             existing = self.dependencies.get_join(join_id)
             if existing is not None and existing.task_token != join.task_token:

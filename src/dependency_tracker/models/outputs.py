@@ -1,4 +1,11 @@
-"""What a parent receives: callback outputs and failure causes."""
+"""What a parent receives: callback outputs and failure causes, each within AWS's limits.
+
+Step Functions refuses a ``SendTaskSuccess`` output over 262,144 bytes and a
+``SendTaskFailure`` cause over 32,768 characters; the parent's whole state is
+limited to 256 KiB too. The tracker keeps every output far below that: past a
+bound, the full document goes to the payload bucket (``callback-outputs/``) and
+the output carries its ``s3://`` url plus the fields a parent branches on.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +14,29 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
+from dependency_tracker.limits import KIB, SFN_MAX_CAUSE_CHARS, utf8_size
 from dependency_tracker.models.enums import DependencyError, PayloadState
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from dependency_tracker.models.items import JoinItem
+
+# A join's output is at most 32 KiB inline. The same summary is the cause of a
+# QuorumUnreachable failure, whose limit is 32,768 characters (a string of at
+# most 32,768 UTF-8 bytes has at most that many characters), so one bound serves
+# both; and it leaves the parent's 256 KiB of state for its own input and for
+# several joins side by side. About 500 members with typical cirrus ids fit.
+MAX_JOIN_OUTPUT_BYTES = 32 * KIB
+# A single wait's output is at most 8 KiB inline: a stored result is inline up to
+# 4 KiB (flows/results.py) and a long cirrus id (~40 items) takes ~2.5 KiB. A Map
+# parent merges one output per dependency, so this bound must stay small.
+MAX_WAIT_OUTPUT_BYTES = 8 * KIB
+# Key prefix, in the payload bucket, of outputs past their bound.
+CALLBACK_OUTPUTS_PREFIX = "callback-outputs"
+# Free text kept when a reference itself would not fit (pathological ids).
+_MIN_CLIPPED_CHARS = 64
+_CUT = "...[truncated]"
 
 
 class CallbackSuccess(BaseModel):
@@ -21,6 +47,28 @@ class CallbackSuccess(BaseModel):
     execution_arn: str | None
     replayed: bool
     result: dict[str, Any] | None = None
+
+    def to_json(self) -> str:
+        """The full output, compact JSON."""
+        return self.model_dump_json()
+
+    def reference(self, output_url: str | None, limit: int = MAX_WAIT_OUTPUT_BYTES) -> str:
+        """The output sent in place of one over ``limit`` bytes.
+
+        It keeps ``payload_id``, ``state``, ``execution_arn`` and ``replayed``,
+        leaves ``result`` out, and says ``truncated: true``; ``output_url`` names
+        the full output in the payload bucket when it could be stored.
+        """
+        fields: dict[str, Any] = {
+            "payload_id": self.payload_id,
+            "state": self.state.value,
+            "execution_arn": self.execution_arn,
+            "replayed": self.replayed,
+            "truncated": True,
+        }
+        if output_url is not None:
+            fields["output_url"] = output_url
+        return _fit(fields, ["payload_id", "execution_arn"], limit, utf8_size)
 
 
 class CallbackFailure(BaseModel):
@@ -33,17 +81,20 @@ class CallbackFailure(BaseModel):
     payload_error: str | None = None
     payload_cause: str | None = None
 
-    def cause_json(self) -> str:
-        """The cause: payload id, final state and its last error, as JSON."""
-        return json.dumps(
-            {
-                "payload_id": self.payload_id,
-                "state": self.state,
-                "execution_arn": self.execution_arn,
-                "error": self.payload_error,
-                "cause": self.payload_cause,
-            }
-        )
+    def cause_json(self, limit: int = SFN_MAX_CAUSE_CHARS) -> str:
+        """The cause: payload id, final state and its last error, as JSON.
+
+        At most ``limit`` characters and always valid JSON: the child's cause is
+        clipped first, then the payload id (both marked ``...[truncated]``).
+        """
+        fields = {
+            "payload_id": self.payload_id,
+            "state": self.state.value,
+            "execution_arn": self.execution_arn,
+            "error": self.payload_error,
+            "cause": self.payload_cause,
+        }
+        return _fit(fields, ["cause", "payload_id", "error", "execution_arn"], limit, len)
 
 
 class FailedMember(BaseModel):
@@ -54,12 +105,21 @@ class FailedMember(BaseModel):
     error: str | None = None
 
 
+class JoinCounts(BaseModel):
+    """How many members of a join succeeded, failed and are pending."""
+
+    succeeded: int
+    failed: int
+    pending: int
+
+
 class JoinSummary(BaseModel):
     """Output (or failure cause) of a join: who succeeded, failed, is pending."""
 
     join_id: str
     quorum: int
     total: int
+    counts: JoinCounts
     succeeded: list[str]
     failed: list[FailedMember]
     pending: list[str]
@@ -72,31 +132,86 @@ class JoinSummary(BaseModel):
         """The summary of a join row, members in their message order."""
         succeeded = set(join.succeeded)
         failed = set(join.failed)
+        pending = join.pending()
+        succeeded_ids = [m for m in join.members if m in succeeded]
+        failed_members = [
+            FailedMember(
+                payload_id=m,
+                state=join.failures[m].state if m in join.failures else PayloadState.FAILED,
+                error=join.failures[m].error if m in join.failures else None,
+            )
+            for m in join.members
+            if m in failed
+        ]
         return cls(
             join_id=join.join_id,
             quorum=join.quorum,
             total=join.total,
-            succeeded=[m for m in join.members if m in succeeded],
-            failed=[
-                FailedMember(
-                    payload_id=m,
-                    state=join.failures[m].state if m in join.failures else PayloadState.FAILED,
-                    error=join.failures[m].error if m in join.failures else None,
-                )
-                for m in join.members
-                if m in failed
-            ],
-            pending=join.pending(),
+            counts=JoinCounts(
+                succeeded=len(succeeded_ids), failed=len(failed_members), pending=len(pending)
+            ),
+            succeeded=succeeded_ids,
+            failed=failed_members,
+            pending=pending,
             winner=join.winner if join.quorum == 1 else None,
             duplicates=join.duplicates,
             cycle=join.cycle,
         )
 
     def to_json(self) -> str:
-        """Compact JSON; ``winner`` only for either-or joins."""
+        """The full summary, compact JSON; ``winner`` only for either-or joins."""
         exclude = {"winner"} if self.quorum != 1 else set()
         if not self.duplicates:
             exclude.add("duplicates")
         if self.cycle is None:
             exclude.add("cycle")
         return self.model_dump_json(exclude=exclude)
+
+    def reference(self, summary_url: str | None, limit: int = MAX_JOIN_OUTPUT_BYTES) -> str:
+        """The output (or cause) sent in place of a summary over ``limit`` bytes.
+
+        The lists (``succeeded``, ``failed``, ``pending``, ``duplicates``) are
+        left out, never cut: a parent sees either every id or none, and
+        ``truncated: true``. ``counts``, ``winner`` (either-or) and ``cycle`` stay;
+        ``summary_url`` names the full summary when it could be stored.
+        """
+        fields: dict[str, Any] = {
+            "join_id": self.join_id,
+            "quorum": self.quorum,
+            "total": self.total,
+            "counts": self.counts.model_dump(),
+        }
+        if self.quorum == 1:
+            fields["winner"] = self.winner
+        if self.cycle is not None:
+            fields["cycle"] = self.cycle
+        fields["truncated"] = True
+        if summary_url is not None:
+            fields["summary_url"] = summary_url
+        if utf8_size(json.dumps(fields, separators=(",", ":"))) > limit and "cycle" in fields:
+            # Only ids of pathological length get here; the row and the object keep it.
+            del fields["cycle"]
+        return _fit(fields, ["winner"], limit, utf8_size)
+
+
+def _fit(
+    fields: dict[str, Any], clippable: list[str], limit: int, measure: Callable[[str], int]
+) -> str:
+    """Compact JSON of ``fields`` within ``limit`` (as ``measure`` counts it).
+
+    Long strings in ``clippable`` are cut, in that order, until it fits (marked
+    ``...[truncated]``); one that cannot shrink enough is dropped. The JSON
+    stays valid throughout.
+    """
+    text = json.dumps(fields, separators=(",", ":"))
+    for name in clippable:
+        while measure(text) > limit and isinstance(fields.get(name), str):
+            value: str = fields[name]
+            # Keep the share of characters that fits; escapes (\\uXXXX) cost more
+            # than one, so measure the field as it is encoded and repeat if needed.
+            encoded = measure(json.dumps(value))
+            budget = limit - (measure(text) - encoded) - len(_CUT) - 8
+            keep = len(value) * budget // encoded
+            fields[name] = value[: keep - len(_CUT)] + _CUT if keep >= _MIN_CLIPPED_CHARS else None
+            text = json.dumps(fields, separators=(",", ":"))
+    return text

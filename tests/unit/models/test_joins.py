@@ -163,6 +163,7 @@ def test_summary_keeps_member_order_and_names_the_winner() -> None:
         "join_id": "j",
         "quorum": 1,
         "total": 3,
+        "counts": {"succeeded": 1, "failed": 1, "pending": 1},
         "succeeded": ["m2"],
         "failed": [{"payload_id": "m0", "state": "INVALID", "error": "InvalidInput"}],
         "pending": ["m1"],
