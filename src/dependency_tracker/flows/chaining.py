@@ -7,6 +7,7 @@ usual rule, so publishing it twice (a repeated status change) runs it once.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -14,7 +15,17 @@ from jsonpath_ng.exceptions import JSONPathError
 from jsonpath_ng.ext.parser import parse as parse_jsonpath
 from pydantic import ValidationError
 
+from dependency_tracker.limits import KIB, SQS_DEFAULT_MAX_MESSAGE_BYTES
 from dependency_tracker.models import ProcessPayload
+
+# Key prefix, in the payload bucket, of next-step bodies too large for the queue.
+CHAINED_PREFIX = "chained"
+# A next step's body is sent inline up to the process queue's maximum message size
+# (256 KiB, the template leaves SQS's default) less 16 KiB: SQS counts message
+# attributes in the size, and a body that is SNS-wrapped on its way back grows by
+# its escaping. Past it the body goes by reference ({"url": "s3://..."}), which the
+# process queue accepts like any message.
+MAX_INLINE_CHAIN_BYTES = SQS_DEFAULT_MAX_MESSAGE_BYTES - 16 * KIB
 
 
 class ChainError(ValueError):
@@ -61,3 +72,9 @@ def next_payload(payload: ProcessPayload, output_text: str | None) -> dict[str, 
             f"the next step is not a valid payload: {exc.error_count()} errors"
         ) from exc
     return body
+
+
+def chained_key(body: dict[str, Any]) -> str:
+    """Bucket key of a next step's body: from its payload id, so a repeat writes the same."""
+    payload_id = ProcessPayload.model_validate(body).id
+    return f"{CHAINED_PREFIX}/{hashlib.sha256(payload_id.encode('utf-8')).hexdigest()}.json"

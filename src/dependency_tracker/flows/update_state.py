@@ -16,12 +16,23 @@ from pydantic import ValidationError
 
 from dependency_tracker import naming
 from dependency_tracker.clients import client
-from dependency_tracker.errors import InvalidMessageError, TransitionConflictError
+from dependency_tracker.errors import (
+    ConfigurationError,
+    InvalidMessageError,
+    TransitionConflictError,
+)
 from dependency_tracker.flows._text import clip
-from dependency_tracker.flows.chaining import ChainError, next_payload
+from dependency_tracker.flows.chaining import (
+    MAX_INLINE_CHAIN_BYTES,
+    ChainError,
+    chained_key,
+    next_payload,
+)
 from dependency_tracker.flows.results import build_result
+from dependency_tracker.limits import utf8_size
 from dependency_tracker.models import ProcessPayload, Resolution
 from dependency_tracker.observability import logger, metrics
+from dependency_tracker.settings import ENV_PAYLOAD_BUCKET
 from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
 
 if TYPE_CHECKING:
@@ -159,11 +170,34 @@ class UpdateStateFlow:
             logger.error("cannot chain: no process queue is configured")
             metrics.add_metric(name="ChainFailed", unit=MetricUnit.Count, value=1)
             return
-        self._sqs.send_message(
-            QueueUrl=self.settings.process_queue_url, MessageBody=json.dumps(body)
-        )
+        message = json.dumps(body)
+        if utf8_size(message) > MAX_INLINE_CHAIN_BYTES:
+            message = self._by_reference(body, message)
+        # Runs after the waiters were resolved, and raises on any AWS error: the
+        # status change is retried (then kept in the DLQ), the repeat finds the
+        # same result (action repeated) and publishes again; the next payload's id
+        # makes a second publication harmless.
+        self._sqs.send_message(QueueUrl=self.settings.process_queue_url, MessageBody=message)
         logger.info("chained", extra={"next_workflow": body["process"][0]["workflow"]})
         metrics.add_metric(name="Chained", unit=MetricUnit.Count, value=1)
+
+    def _by_reference(self, body: dict[str, Any], message: str) -> str:
+        """``{"url": ...}`` naming the next step's body, written to the payload bucket.
+
+        Raises:
+            ConfigurationError: No payload bucket is configured; retrying cannot
+                send the body, so the event lands in the DLQ for a redrive.
+        """
+        if self._bucket is None or not self._bucket.writable:
+            metrics.add_metric(name="ChainFailed", unit=MetricUnit.Count, value=1)
+            raise ConfigurationError(
+                ENV_PAYLOAD_BUCKET,
+                f"is needed to chain a next step of {utf8_size(message)} bytes "
+                f"(over {MAX_INLINE_CHAIN_BYTES} inline)",
+            )
+        url = self._bucket.write(chained_key(body), message)
+        logger.info("next step sent by reference", extra={"bytes": utf8_size(message), "url": url})
+        return json.dumps({"url": url})
 
     def _output_of(self, change: StatusChange) -> str | None:
         if change.output_details.included:
