@@ -207,15 +207,23 @@ class CallbackFlow:
             waiter.task_token, resolution.state, error=failure.error, cause=failure.cause_json()
         )
 
-    def _send_join(self, join: JoinItem) -> tuple[CallbackAction, str]:
+    def join_output(self, join: JoinItem) -> str:
+        """What a decided join sends: its summary, or a reference past the bound.
+
+        The same text is the success output and the ``QuorumUnreachable`` cause:
+        at most :data:`MAX_JOIN_OUTPUT_BYTES`, which fits both limits. Past it the
+        full summary is written to the payload bucket first.
+        """
         summary = JoinSummary.of(join)
-        # The same bounded summary is the success output or the failure cause.
-        text = self._bounded(
+        return self._bounded(
             summary.to_json(),
             key=_output_key("join", join.payload_id, join.waiter_id),
             reference=summary.reference,
             limit=MAX_JOIN_OUTPUT_BYTES,
         )
+
+    def _send_join(self, join: JoinItem) -> tuple[CallbackAction, str]:
+        text = self.join_output(join)
         if join.workflow_state is PayloadState.SUCCEEDED:
             return self._send(join.task_token, join.workflow_state, output=text)
         error = DependencyError(join.error) if join.error else DependencyError.QUORUM_UNREACHABLE

@@ -1,0 +1,383 @@
+"""Callback outputs and failure causes within AWS's limits, just under and just over each bound.
+
+Step Functions refuses a ``SendTaskSuccess`` output over 262,144 bytes and a
+``SendTaskFailure`` cause over 32,768 characters (the strict layer of the
+``aws`` fixture refuses them here too). The tracker sends whole outputs up to
+its own, smaller bounds and a reference into the payload bucket past them.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from dependency_tracker.flows.callback import CallbackAction, CallbackFlow
+from dependency_tracker.limits import SFN_MAX_CAUSE_CHARS, SFN_MAX_PAYLOAD_BYTES, utf8_size
+from dependency_tracker.models import (
+    JoinItem,
+    MemberFailure,
+    PayloadState,
+    WaiterItem,
+    join_partition_for,
+    waiter_id_for,
+)
+from dependency_tracker.models.outputs import (
+    CALLBACK_OUTPUTS_PREFIX,
+    MAX_JOIN_OUTPUT_BYTES,
+    MAX_WAIT_OUTPUT_BYTES,
+    CallbackFailure,
+    CallbackSuccess,
+    JoinSummary,
+)
+from dependency_tracker.stores import PayloadBucket
+
+if TYPE_CHECKING:
+    from tests.conftest import Aws
+
+NOW = datetime.now(UTC)
+BUCKET = "deptrack-test-payloads"
+ARN = "arn:aws:states:us-east-1:123456789012:execution:deptrack-pass:a-0123456789-1"
+PAYLOAD_ID = "sentinel-2-l2a/workflow-pass/item-1"
+
+Sent = list[tuple[str, dict[str, Any]]]
+
+
+@pytest.fixture
+def bucket(aws: Aws) -> PayloadBucket:
+    aws.s3.create_bucket(Bucket=BUCKET)
+    return PayloadBucket(aws.s3, BUCKET)
+
+
+@pytest.fixture
+def sent(aws: Aws) -> Sent:
+    """Every SendTaskSuccess/SendTaskFailure the flow makes, with its parameters."""
+    calls: Sent = []
+
+    def record(params: dict[str, Any], model: Any, **_: Any) -> None:
+        if model.name.startswith("SendTask"):
+            calls.append((model.name, dict(params)))
+
+    aws.sfn.meta.events.register("provide-client-params.sfn", record)
+    return calls
+
+
+def flow(aws: Aws, bucket: PayloadBucket | None) -> CallbackFlow:
+    return CallbackFlow(
+        settings=aws.settings, dependencies=aws.dependencies, sfn=aws.sfn, bucket=bucket
+    )
+
+
+def stored_objects(aws: Aws) -> dict[str, str]:
+    listed = aws.s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])
+    return {
+        o["Key"]: aws.s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read().decode()
+        for o in listed
+    }
+
+
+def read_url(aws: Aws, url: str) -> Any:
+    assert url.startswith(f"s3://{BUCKET}/{CALLBACK_OUTPUTS_PREFIX}/")
+    key = url.removeprefix(f"s3://{BUCKET}/")
+    return json.loads(aws.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+
+
+# ---------------------------------------------------------------- single waits
+
+
+def succeeded_waiter(output_bytes: int) -> WaiterItem:
+    """A resolved waiter whose full callback output is exactly ``output_bytes``."""
+
+    def waiter(pad: int) -> WaiterItem:
+        return WaiterItem(
+            payload_id=PAYLOAD_ID,
+            waiter_id=waiter_id_for("tok-wait"),
+            task_token="tok-wait",
+            workflow_state=PayloadState.SUCCEEDED,
+            created_at=NOW,
+            updated_at=NOW,
+            resolved_at=NOW,
+            execution_arn=ARN,
+            result_json=json.dumps({"output": "x" * pad}),
+        )
+
+    base = utf8_size(full_output(waiter(0)))
+    row = waiter(output_bytes - base)
+    assert utf8_size(full_output(row)) == output_bytes
+    return row
+
+
+def full_output(row: WaiterItem) -> str:
+    resolution = row.resolution
+    assert resolution is not None
+    return CallbackSuccess(
+        payload_id=row.payload_id,
+        execution_arn=resolution.execution_arn,
+        replayed=resolution.replayed,
+        result=json.loads(resolution.result_json or "null"),
+    ).to_json()
+
+
+def test_single_output_at_its_bound_is_sent_whole(
+    aws: Aws, bucket: PayloadBucket, sent: Sent
+) -> None:
+    row = succeeded_waiter(MAX_WAIT_OUTPUT_BYTES)
+    aws.dependencies.register(row)
+    # the (fake) token is unknown: Step Functions accepted the size, then refused the token
+    assert flow(aws, bucket).handle(row) is CallbackAction.PARENT_GONE
+    ((name, params),) = sent
+    assert name == "SendTaskSuccess"
+    assert params["output"] == full_output(row)
+    assert stored_objects(aws) == {}
+
+
+def test_single_output_one_byte_over_goes_by_url(
+    aws: Aws, bucket: PayloadBucket, sent: Sent
+) -> None:
+    row = succeeded_waiter(MAX_WAIT_OUTPUT_BYTES + 1)
+    aws.dependencies.register(row)
+    assert flow(aws, bucket).handle(row) is CallbackAction.PARENT_GONE
+    ((_, params),) = sent
+    output = json.loads(params["output"])
+    assert utf8_size(params["output"]) <= MAX_WAIT_OUTPUT_BYTES
+    assert output["payload_id"] == PAYLOAD_ID
+    assert (output["state"], output["execution_arn"], output["replayed"]) == (
+        "SUCCEEDED",
+        ARN,
+        False,
+    )
+    assert output["truncated"] is True
+    assert "result" not in output
+    assert read_url(aws, output["output_url"]) == json.loads(full_output(row))
+
+
+def test_single_output_over_its_bound_without_a_bucket_is_cut_not_sent_whole(
+    aws: Aws, sent: Sent
+) -> None:
+    row = succeeded_waiter(MAX_WAIT_OUTPUT_BYTES + 1)
+    aws.dependencies.register(row)
+    assert flow(aws, None).handle(row) is CallbackAction.PARENT_GONE
+    ((_, params),) = sent
+    output = json.loads(params["output"])
+    assert output == {
+        "payload_id": PAYLOAD_ID,
+        "state": "SUCCEEDED",
+        "execution_arn": ARN,
+        "replayed": False,
+        "truncated": True,
+    }
+
+
+def test_a_redelivery_writes_the_same_object(aws: Aws, bucket: PayloadBucket, sent: Sent) -> None:
+    row = succeeded_waiter(MAX_WAIT_OUTPUT_BYTES + 1)
+    aws.dependencies.register(row)
+    callback = flow(aws, bucket)
+    callback.handle(row)
+    # as if the first delivery died before marking the row notified
+    aws.dynamodb.put_item(TableName=aws.dependencies.table_name, Item=row.to_item())
+    callback.handle(row)
+    first, second = (params["output"] for _, params in sent)
+    assert first == second
+    assert len(stored_objects(aws)) == 1
+
+
+def failed_waiter(cause: str, payload_id: str = PAYLOAD_ID) -> WaiterItem:
+    return WaiterItem(
+        payload_id=payload_id,
+        waiter_id=waiter_id_for("tok-fail"),
+        task_token="tok-fail",
+        workflow_state=PayloadState.FAILED,
+        created_at=NOW,
+        updated_at=NOW,
+        resolved_at=NOW,
+        execution_arn=ARN,
+        error="TaskFailed",
+        cause=cause,
+    )
+
+
+def failure_cause(row: WaiterItem) -> str:
+    return CallbackFailure(
+        error="DependencyFailed",
+        payload_id=row.payload_id,
+        state=row.workflow_state,
+        execution_arn=row.execution_arn,
+        payload_error=row.error,
+        payload_cause=row.cause,
+    ).cause_json(limit=10**9)
+
+
+@pytest.mark.parametrize("over", [0, 1, 20_000])
+def test_failure_cause_is_json_within_32768_characters(aws: Aws, sent: Sent, over: int) -> None:
+    base = len(failure_cause(failed_waiter("")))
+    row = failed_waiter("c" * (SFN_MAX_CAUSE_CHARS - base + over))
+    assert len(failure_cause(row)) == SFN_MAX_CAUSE_CHARS + over
+    aws.dependencies.register(row)
+    # the strict layer checked the lengths first (over them: ValidationException, raised)
+    assert flow(aws, None).handle(row) is CallbackAction.PARENT_GONE
+    ((name, params),) = sent
+    assert (name, params["error"]) == ("SendTaskFailure", "DependencyFailed")
+    assert len(params["cause"]) <= SFN_MAX_CAUSE_CHARS
+    cause = json.loads(params["cause"])
+    assert (cause["payload_id"], cause["error"], cause["execution_arn"]) == (
+        PAYLOAD_ID,
+        "TaskFailed",
+        ARN,
+    )
+    if over:
+        assert cause["cause"].endswith("...[truncated]")
+    else:
+        assert params["cause"] == failure_cause(row)
+
+
+# ----------------------------------------------------------------------- joins
+
+
+def join_row(
+    members: list[str],
+    *,
+    quorum: int | None = None,
+    state: PayloadState = PayloadState.SUCCEEDED,
+    succeeded: list[str] | None = None,
+    failed: list[str] | None = None,
+    winner: str | None = None,
+) -> JoinItem:
+    failed = failed or []
+    return JoinItem(
+        payload_id=join_partition_for("j-limits"),
+        waiter_id="join",
+        join_id="j-limits",
+        task_token="tok-join",
+        quorum=len(members) if quorum is None else quorum,
+        total=len(members),
+        members=members,
+        succeeded=members if succeeded is None else succeeded,
+        failed=failed,
+        failures={m: MemberFailure(state=PayloadState.FAILED, error="TaskFailed") for m in failed},
+        winner=winner,
+        workflow_state=state,
+        error="QuorumUnreachable" if state is PayloadState.FAILED else None,
+        created_at=NOW,
+        updated_at=NOW,
+        resolved_at=NOW,
+    )
+
+
+def member_ids(count: int, length: int) -> list[str]:
+    return [f"c/workflow-pass/{index:04d}-".ljust(length, "m") for index in range(count)]
+
+
+def all_of_join(summary_bytes: int) -> JoinItem:
+    """An all-of join, every member succeeded, whose full summary is exactly ``summary_bytes``."""
+    members = member_ids(32, 1000)
+    base = utf8_size(JoinSummary.of(join_row(members)).to_json())
+    members[-1] += "z" * (summary_bytes - base)
+    row = join_row(members)
+    assert utf8_size(JoinSummary.of(row).to_json()) == summary_bytes
+    return row
+
+
+def test_join_summary_at_its_bound_is_sent_whole(
+    aws: Aws, bucket: PayloadBucket, sent: Sent
+) -> None:
+    row = all_of_join(MAX_JOIN_OUTPUT_BYTES)
+    aws.dependencies.register(row)
+    assert flow(aws, bucket).handle(row) is CallbackAction.PARENT_GONE
+    ((_, params),) = sent
+    output = json.loads(params["output"])
+    assert output["succeeded"] == row.members
+    assert output["counts"] == {"succeeded": 32, "failed": 0, "pending": 0}
+    assert (output["failed"], output["pending"]) == ([], [])
+    assert "summary_url" not in output
+    assert stored_objects(aws) == {}
+
+
+def test_join_summary_one_byte_over_goes_by_summary_url(
+    aws: Aws, bucket: PayloadBucket, sent: Sent
+) -> None:
+    row = all_of_join(MAX_JOIN_OUTPUT_BYTES + 1)
+    aws.dependencies.register(row)
+    assert flow(aws, bucket).handle(row) is CallbackAction.PARENT_GONE
+    ((_, params),) = sent
+    assert utf8_size(params["output"]) <= MAX_JOIN_OUTPUT_BYTES
+    output = json.loads(params["output"])
+    url = output.pop("summary_url")
+    assert output == {
+        "join_id": "j-limits",
+        "quorum": 32,
+        "total": 32,
+        "counts": {"succeeded": 32, "failed": 0, "pending": 0},
+        "truncated": True,
+    }
+    summary = read_url(aws, url)
+    assert summary == json.loads(JoinSummary.of(row).to_json())
+    assert summary["succeeded"] == row.members
+
+
+def test_quorum_unreachable_cause_is_bounded_the_same_way(
+    aws: Aws, bucket: PayloadBucket, sent: Sent
+) -> None:
+    members = member_ids(40, 1000)
+    row = join_row(members, quorum=38, state=PayloadState.FAILED, succeeded=[], failed=members[:3])
+    assert utf8_size(JoinSummary.of(row).to_json()) > MAX_JOIN_OUTPUT_BYTES
+    aws.dependencies.register(row)
+    assert flow(aws, bucket).handle(row) is CallbackAction.PARENT_GONE
+    ((name, params),) = sent
+    assert (name, params["error"]) == ("SendTaskFailure", "QuorumUnreachable")
+    assert len(params["cause"]) <= SFN_MAX_CAUSE_CHARS
+    cause = json.loads(params["cause"])
+    assert cause["counts"] == {"succeeded": 0, "failed": 3, "pending": 37}
+    assert "failed" not in cause
+    summary = read_url(aws, cause["summary_url"])
+    assert [m["payload_id"] for m in summary["failed"]] == members[:3]
+    assert summary["pending"] == members[3:]
+
+
+def test_either_or_does_not_list_every_pending_member(
+    aws: Aws, bucket: PayloadBucket, sent: Sent
+) -> None:
+    members = member_ids(40, 1000)
+    row = join_row(members, quorum=1, succeeded=[members[7]], winner=members[7])
+    aws.dependencies.register(row)
+    assert flow(aws, bucket).handle(row) is CallbackAction.PARENT_GONE
+    ((_, params),) = sent
+    output = json.loads(params["output"])
+    assert output["winner"] == members[7]
+    assert output["counts"] == {"succeeded": 1, "failed": 0, "pending": 39}
+    assert "pending" not in output
+    assert len(read_url(aws, output["summary_url"])["pending"]) == 39
+
+
+def test_join_over_its_bound_without_a_bucket_is_cut_not_sent_whole(aws: Aws, sent: Sent) -> None:
+    row = all_of_join(MAX_JOIN_OUTPUT_BYTES + 1)
+    aws.dependencies.register(row)
+    assert flow(aws, None).handle(row) is CallbackAction.PARENT_GONE
+    ((_, params),) = sent
+    output = json.loads(params["output"])
+    assert output["truncated"] is True
+    assert "summary_url" not in output
+    assert "succeeded" not in output
+
+
+def test_the_real_output_limit_holds_at_1400_members(aws: Aws, bucket: PayloadBucket) -> None:
+    # GIVEN an all-of join of 1,400 members (ids of 190 bytes) whose whole summary
+    # would cross SendTaskSuccess's 262,144 bytes (built, not run: the row itself
+    # would be over DynamoDB's item limit, which tests/unit/flows covers)
+    row = join_row(member_ids(1400, 190))
+    full = JoinSummary.of(row).to_json()
+    assert utf8_size(full) > SFN_MAX_PAYLOAD_BYTES
+    # AWS (the strict layer here) refuses the whole summary
+    with pytest.raises(ClientError) as refused:
+        aws.sfn.send_task_success(taskToken="tok-join", output=full)
+    assert refused.value.response["Error"]["Code"] == "ValidationException"
+    # WHEN the callback flow builds the join's output
+    output = flow(aws, bucket).join_output(row)
+    # THEN it is within the bound, and Step Functions takes it (then refuses the fake token)
+    assert utf8_size(output) <= MAX_JOIN_OUTPUT_BYTES
+    with pytest.raises(ClientError) as accepted:
+        aws.sfn.send_task_success(taskToken="tok-join", output=output)
+    assert accepted.value.response["Error"]["Code"] == "InvalidToken"
+    assert len(read_url(aws, json.loads(output)["summary_url"])["succeeded"]) == 1400
