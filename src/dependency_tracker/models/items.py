@@ -9,6 +9,7 @@ from typing import Any, Literal, Self
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dependency_tracker.keys import FULL_ATTRIBUTES, partition_key, sort_key
 from dependency_tracker.models.enums import DependencyError, PayloadState
 from dependency_tracker.tokens import token_hash
 
@@ -16,15 +17,57 @@ _SERIALIZER = TypeSerializer()
 _DESERIALIZER = TypeDeserializer()
 
 
+def key_attributes(**keys: str) -> dict[str, Any]:
+    """``Key`` of a ``GetItem``/``UpdateItem`` (or a ``BatchGetItem`` entry) from whole key texts.
+
+    ``payload_id`` is the partition key and ``waiter_id`` the sort key of both
+    tables; each is derived with :mod:`dependency_tracker.keys`, so a text of
+    any length finds the row :meth:`TableItem.to_item` wrote for it.
+    """
+    return {name: {"S": _derive(name, text)} for name, text in keys.items()}
+
+
+def restore_keys(plain: dict[str, Any]) -> dict[str, Any]:
+    """A deserialized item with its whole key texts in place of derived keys."""
+    if not any(full in plain for full in FULL_ATTRIBUTES.values()):
+        return plain
+    restored = dict(plain)
+    for name, full in FULL_ATTRIBUTES.items():
+        if full in restored:
+            restored[name] = restored.pop(full)
+    return restored
+
+
+def _derive(name: str, text: str) -> str:
+    if name == "payload_id":
+        return partition_key(text)
+    if name == "waiter_id":
+        return sort_key(text)
+    msg = f"{name!r} is not a key attribute of the tracker's tables"
+    raise ValueError(msg)
+
+
 class TableItem(BaseModel):
-    """Base for DynamoDB items: (de)serialization with the low-level type codecs."""
+    """Base for DynamoDB items: (de)serialization with the low-level type codecs.
+
+    Models hold whole ids. The key attributes (``payload_id``, ``waiter_id``)
+    are derived on the way out when an id is too long for a DynamoDB key, with
+    the whole id beside them (:data:`dependency_tracker.keys.FULL_ATTRIBUTES`),
+    and put back on the way in, so no flow ever sees a derived key.
+    """
 
     model_config = ConfigDict(extra="ignore")
 
     def to_item(self) -> dict[str, Any]:
         """Attribute-value map for ``PutItem``, without empty attributes."""
         plain = self.model_dump(mode="json", exclude_none=True)
-        return {key: _SERIALIZER.serialize(value) for key, value in plain.items()}
+        item = {key: _SERIALIZER.serialize(value) for key, value in plain.items()}
+        for name, full in FULL_ATTRIBUTES.items():
+            text = plain.get(name)
+            if isinstance(text, str) and (key := _derive(name, text)) != text:
+                item[name] = {"S": key}
+                item[full] = {"S": text}
+        return item
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> Self:
@@ -36,7 +79,7 @@ class TableItem(BaseModel):
     @classmethod
     def from_plain(cls, plain: dict[str, Any]) -> Self:
         """Model from an already deserialized image (Powertools stream records)."""
-        return cls.model_validate(plain)
+        return cls.model_validate(restore_keys(plain))
 
 
 class PayloadStateItem(TableItem):
@@ -198,6 +241,11 @@ class MembershipItem(DependencyRow):
     join_id: str
 
 
+def failure_key(member: str) -> str:
+    """Key of a member in a join's ``failures`` map: its id, derived past 2,048 bytes."""
+    return partition_key(member)
+
+
 class MemberFailure(BaseModel):
     """How a member of a join failed."""
 
@@ -232,14 +280,29 @@ class JoinItem(DependencyRow):
     def _sorted_set(cls, value: object) -> object:
         return sorted(value) if isinstance(value, set | frozenset) else value
 
+    @model_validator(mode="after")
+    def _whole_failure_ids(self) -> Self:
+        # ``failures`` is a map keyed by member id, and a map key is an attribute
+        # name (under 64 KB): the store keys it by failure_key(member); put the
+        # members' whole ids back.
+        derived = {failure_key(member): member for member in self.members}
+        if any(key in derived and derived[key] != key for key in self.failures):
+            self.failures = {derived.get(key, key): value for key, value in self.failures.items()}
+        return self
+
     def to_item(self) -> dict[str, Any]:
-        """Attribute-value map; the outcome sets are string sets (``ADD``-able)."""
+        """Attribute-value map; the outcome sets are string sets (``ADD``-able).
+
+        ``failures`` is keyed by :func:`failure_key`, as the store's ``ADD`` writes it.
+        """
         item = super().to_item()
         for name in ("succeeded", "failed"):
             item.pop(name, None)
             values = getattr(self, name)
             if values:
                 item[name] = {"SS": sorted(values)}
+        if "failures" in item:
+            item["failures"] = {"M": {failure_key(k): v for k, v in item["failures"]["M"].items()}}
         return item
 
     def decision(self) -> tuple[PayloadState, DependencyError | None] | None:
@@ -310,6 +373,7 @@ Row = WaiterItem | MembershipItem | JoinItem
 
 def row_from_plain(plain: dict[str, Any]) -> Row:
     """The typed row for a deserialized dependency-table item (or stream image)."""
+    plain = restore_keys(plain)
     waiter_id = str(plain.get("waiter_id", ""))
     if waiter_id == JOIN_ROW_KEY:
         return JoinItem.from_plain(plain)

@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from dependency_tracker.keys import FULL_ATTRIBUTES, partition_key
 from dependency_tracker.models import (
     JOIN_ROW_KEY,
     DependencyError,
@@ -20,6 +21,7 @@ from dependency_tracker.models import (
     row_from_item,
     utcnow,
 )
+from dependency_tracker.models.items import failure_key, key_attributes
 from dependency_tracker.stores._dynamodb import put_if_absent, update_if, values
 
 if TYPE_CHECKING:
@@ -104,9 +106,10 @@ class DependencyTable:
             scan["ExclusiveStartKey"] = last
 
     def pending_ids(self, payload_id: str) -> Iterator[list[str]]:
-        """Pages of waiter ids of a payload that are still ``PROCESSING``."""
+        """Pages of waiter ids of a payload that are still ``PROCESSING`` (whole ids)."""
+        full = FULL_ATTRIBUTES["waiter_id"]
         for page in self._pages(payload_id, only_pending=True):
-            yield [item["waiter_id"]["S"] for item in page]
+            yield [(item.get(full) or item["waiter_id"])["S"] for item in page]
 
     def resolve(self, payload_id: str, waiter_id: str, resolution: Resolution) -> bool:
         """Move one waiter from ``PROCESSING`` to its final state.
@@ -205,7 +208,7 @@ class DependencyTable:
             expression = "ADD succeeded :member SET updated_at = :now"
         else:
             expression = "ADD failed :member SET updated_at = :now, failures.#member = :failure"
-            names["#member"] = member
+            names["#member"] = failure_key(member)  # a map key is an attribute name (< 64 KB)
             plain["failure"] = {"state": resolution.state.value, "error": resolution.error}
         response = update_if(
             self._client,
@@ -291,12 +294,12 @@ class DependencyTable:
         query: dict[str, Any] = {
             "TableName": self.table_name,
             "KeyConditionExpression": "payload_id = :pid",
-            "ExpressionAttributeValues": values(pid=payload_id),
+            "ExpressionAttributeValues": values(pid=partition_key(payload_id)),
             "ConsistentRead": True,
         }
         if only_pending:
             query["FilterExpression"] = "workflow_state = :processing"
-            query["ProjectionExpression"] = "payload_id, waiter_id"
+            query["ProjectionExpression"] = f"payload_id, waiter_id, {FULL_ATTRIBUTES['waiter_id']}"
             query["ExpressionAttributeValues"].update(
                 values(processing=PayloadState.PROCESSING.value)
             )
@@ -310,4 +313,4 @@ class DependencyTable:
 
 
 def _key(payload_id: str, waiter_id: str) -> dict[str, Any]:
-    return {"payload_id": {"S": payload_id}, "waiter_id": {"S": waiter_id}}
+    return key_attributes(payload_id=payload_id, waiter_id=waiter_id)

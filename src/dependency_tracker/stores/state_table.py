@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from dependency_tracker.errors import TransitionConflictError
+from dependency_tracker.keys import FULL_ATTRIBUTES, partition_key
 from dependency_tracker.models import (
     InvalidMessageItem,
     PayloadState,
@@ -14,6 +15,7 @@ from dependency_tracker.models import (
     ProcessPayload,
     utcnow,
 )
+from dependency_tracker.models.items import key_attributes
 from dependency_tracker.stores._dynamodb import is_conditional_failure, put_if_absent, values
 
 if TYPE_CHECKING:
@@ -216,6 +218,11 @@ class StateTable:
                 plain[name] = value
             elif name == "result_json":
                 removes.append(name)
+        if partition_key(payload_id) != payload_id:
+            # This update may create the item (a run the tracker did not start):
+            # keep the whole id beside its derived key, as to_item does.
+            sets.append(f"{FULL_ATTRIBUTES['payload_id']} = :full_id")
+            plain["full_id"] = payload_id
         expression = f"SET {', '.join(sets)} ADD executions :arns"
         if removes:
             expression += f" REMOVE {', '.join(removes)}"
@@ -254,4 +261,4 @@ class StateTable:
 
 
 def _key(payload_id: str) -> dict[str, Any]:
-    return {"payload_id": {"S": payload_id}}
+    return key_attributes(payload_id=payload_id)

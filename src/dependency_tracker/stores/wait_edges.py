@@ -14,7 +14,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from dependency_tracker.keys import partition_key
 from dependency_tracker.models import EdgeItem, edge_id_for, edge_partition_for, utcnow
+from dependency_tracker.models.items import key_attributes
 from dependency_tracker.stores._dynamodb import put_if_absent, update_if, values
 
 if TYPE_CHECKING:
@@ -83,7 +85,9 @@ class WaitEdges:
             "KeyConditionExpression": "payload_id = :pid",
             "FilterExpression": "attribute_not_exists(refused_at)",
             "ProjectionExpression": "depends_on, waiter_attempt",
-            "ExpressionAttributeValues": values(pid=edge_partition_for(waiter_payload_id)),
+            "ExpressionAttributeValues": values(
+                pid=partition_key(edge_partition_for(waiter_payload_id))
+            ),
             "ConsistentRead": True,
         }
         found: dict[str, None] = {}
@@ -101,8 +105,14 @@ class WaitEdges:
     def refuse(
         self, waiter_payload_id: str, depends_on: Iterable[str], *, via: str, cycle: list[str]
     ) -> None:
-        """Mark the edges of a refused wait (with the cycle) so no later check follows them."""
+        """Mark the edges of a refused wait (with the cycle) so no later check follows them.
+
+        The cycle is recorded with each id in its key form (the id itself up to
+        2,048 bytes, else prefix + hash): a cycle of ids of any length then fits
+        in the edge, at most ``cycle_depth + 1`` entries of at most 2 KiB.
+        """
         now = utcnow()
+        recorded = [partition_key(node) for node in cycle]
         for target in dict.fromkeys(depends_on):
             update_if(
                 self._client,
@@ -113,9 +123,9 @@ class WaitEdges:
                     "refused_cycle = if_not_exists(refused_cycle, :cycle)"
                 ),
                 ConditionExpression="attribute_exists(waiter_id)",
-                ExpressionAttributeValues=values(now=now, cycle=cycle),
+                ExpressionAttributeValues=values(now=now, cycle=recorded),
             )
 
 
 def _key(partition: str, sort: str) -> dict[str, Any]:
-    return {"payload_id": {"S": partition}, "waiter_id": {"S": sort}}
+    return key_attributes(payload_id=partition, waiter_id=sort)

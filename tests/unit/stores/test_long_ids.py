@@ -1,0 +1,203 @@
+"""Stores with payload ids past DynamoDB's key limits: every call finds the same row.
+
+The ``aws`` fixture runs with the strict layer, so a key over 2,048 bytes (partition)
+or 1,024 bytes (sort) on any call is refused as AWS refuses it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from botocore.exceptions import ClientError
+
+from dependency_tracker.flows.cycles import CycleGuard
+from dependency_tracker.keys import partition_key
+from dependency_tracker.limits import DDB_MAX_PARTITION_KEY_BYTES, utf8_size
+from dependency_tracker.models import (
+    JOIN_ROW_KEY,
+    DependencyError,
+    JoinItem,
+    MembershipItem,
+    PayloadState,
+    ProcessPayload,
+    Resolution,
+    WaiterItem,
+    join_partition_for,
+    membership_id_for,
+    utcnow,
+    waiter_id_for,
+)
+from dependency_tracker.stores.wait_edges import WaitEdges
+from tests.conftest import DEPENDENCY_TABLE, STATE_TABLE, Aws
+
+
+def long_id(size: int, tail: str = "") -> str:
+    """A cirrus-shaped id of about ``size`` UTF-8 bytes, with multi-byte characters."""
+    head = "sentinel-2-l2a/workflow-mosaic/"
+    items = "/".join(f"S2B_T31ÜFJ_{n:06d}" for n in range(size // 18 + 1))
+    text = (head + items).encode("utf-8")[:size].decode("utf-8", errors="ignore")
+    return text + tail
+
+
+SIZES = [3_000, 100_000]
+
+
+@pytest.fixture(params=SIZES, ids=lambda size: f"{size}B")
+def pid(request: pytest.FixtureRequest) -> str:
+    text = long_id(request.param)
+    assert utf8_size(text) > DDB_MAX_PARTITION_KEY_BYTES
+    return text
+
+
+def waiter(payload_id: str, token: str, waiter_payload_id: str | None = None) -> WaiterItem:
+    now = utcnow()
+    return WaiterItem(
+        payload_id=payload_id,
+        waiter_id=waiter_id_for(token),
+        task_token=token,
+        waiter_payload_id=waiter_payload_id,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def test_the_raw_id_is_refused_as_a_key(aws: Aws, pid: str) -> None:
+    # What every call below would hit without the derivation.
+    with pytest.raises(ClientError, match="ValidationException"):
+        aws.dynamodb.get_item(TableName=STATE_TABLE, Key={"payload_id": {"S": pid}})
+
+
+def test_state_claim_get_batch_get_and_final(aws: Aws, pid: str) -> None:
+    payload = ProcessPayload.model_validate({"id": pid, "process": [{"workflow": "pass"}]})
+    claimed = aws.states.claim(payload, None, message_id="m1")
+    assert claimed.payload_id == pid
+    aws.states.set_processing(pid, 1, "arn:e1")
+    stored = aws.states.get(pid)
+    assert stored is not None
+    assert (stored.payload_id, stored.state) == (pid, PayloadState.PROCESSING)
+    found = aws.states.batch_get([pid, "short/one"])
+    assert list(found) == [pid]
+    final = aws.states.set_final(
+        payload_id=pid,
+        workflow="pass",
+        state=PayloadState.SUCCEEDED,
+        execution_arn="arn:e1",
+        attempt=1,
+    )
+    assert (final.payload_id, final.state) == (pid, PayloadState.SUCCEEDED)
+    # the row on disk: derived key, whole id beside it
+    raw = aws.dynamodb.scan(TableName=STATE_TABLE)["Items"]
+    assert [item["payload_id"]["S"] for item in raw] == [partition_key(pid)]
+    assert raw[0]["full_payload_id"]["S"] == pid
+
+
+def test_a_final_state_that_creates_the_item_keeps_the_whole_id(aws: Aws, pid: str) -> None:
+    # An execution the tracker did not start: set_final's UpdateItem creates the item.
+    item = aws.states.set_final(
+        payload_id=pid,
+        workflow="pass",
+        state=PayloadState.FAILED,
+        execution_arn="arn:foreign",
+        attempt=None,
+        error="E",
+    )
+    assert item.payload_id == pid
+    stored = aws.states.get(pid)
+    assert stored is not None
+    assert stored.payload_id == pid
+
+
+def test_waiters_register_query_resolve_and_notify(aws: Aws, pid: str) -> None:
+    rows = [waiter(pid, f"t{n}", waiter_payload_id=pid + "-parent") for n in range(3)]
+    for row in rows:
+        assert aws.dependencies.register(row) is True
+    assert aws.dependencies.register(rows[0]) is False  # a duplicate delivery
+    # another long id with the same first 2 KB is another payload
+    twin = pid[:-1] + ("#" if pid[-1] != "#" else "$")
+    aws.dependencies.register(waiter(twin, "t0"))
+    got = aws.dependencies.get(pid, rows[0].waiter_id)
+    assert got is not None
+    assert (got.payload_id, got.waiter_payload_id) == (pid, pid + "-parent")
+    assert sorted(r.task_token for r in aws.dependencies.waiters(pid)) == ["t0", "t1", "t2"]
+    assert sorted(w for page in aws.dependencies.pending_ids(pid) for w in page) == sorted(
+        r.waiter_id for r in rows
+    )
+    first = Resolution(state=PayloadState.FAILED, execution_arn="arn:e", error="E")
+    assert aws.dependencies.resolve(pid, rows[0].waiter_id, first) is True
+    resolved = aws.dependencies.resolve_all(pid, Resolution(state=PayloadState.SUCCEEDED))
+    assert resolved == 2
+    states = sorted(r.workflow_state for r in aws.dependencies.waiters(pid))
+    assert states == [PayloadState.FAILED, PayloadState.SUCCEEDED, PayloadState.SUCCEEDED]
+    twin_row = aws.dependencies.get(twin, waiter_id_for("t0"))
+    assert twin_row is not None
+    assert twin_row.workflow_state is PayloadState.PROCESSING
+    assert aws.dependencies.mark_notified(
+        pid, rows[0].waiter_id, outcome="SENT:FAILED", retention_days=1
+    )
+    assert not aws.dependencies.refuse(pid, rows[1].waiter_id, DependencyError.CYCLE, "c")
+
+
+def test_scans_show_whole_ids(aws: Aws, pid: str) -> None:
+    aws.dependencies.register(waiter(pid, "t0"))
+    (page,) = list(aws.dependencies.scan_pages())
+    assert [row.payload_id for row in page] == [pid]
+
+
+def test_join_with_a_long_member(aws: Aws, pid: str) -> None:
+    now = utcnow()
+    join = JoinItem(
+        payload_id=join_partition_for("mosaic"),
+        waiter_id=JOIN_ROW_KEY,
+        join_id="mosaic",
+        task_token="tok",
+        quorum=2,
+        total=2,
+        members=[pid, "short"],
+        created_at=now,
+        updated_at=now,
+    )
+    assert aws.dependencies.register(join)
+    member = MembershipItem(
+        payload_id=pid,
+        waiter_id=membership_id_for("mosaic"),
+        join_id="mosaic",
+        created_at=now,
+        updated_at=now,
+    )
+    assert aws.dependencies.register(member)
+    (row,) = list(aws.dependencies.rows(pid))
+    assert isinstance(row, MembershipItem)
+    assert row.payload_id == pid
+    failed = Resolution(state=PayloadState.FAILED, error="Boom")
+    recorded = aws.dependencies.record_member("mosaic", pid, failed)
+    assert recorded is not None
+    assert recorded.failed == [pid]
+    assert recorded.failures[pid].error == "Boom"
+    assert aws.dependencies.decide_join("mosaic", PayloadState.FAILED)
+    stored = aws.dependencies.get_join("mosaic")
+    assert stored is not None
+    assert stored.failures[pid].error == "Boom"
+
+
+def test_edges_add_follow_and_refuse(aws: Aws, pid: str) -> None:
+    edges = WaitEdges(aws.dynamodb, DEPENDENCY_TABLE, retention_days=1)
+    other = long_id(5_000, tail="/other")
+    assert edges.add(pid, [other, "short"], via=waiter_id_for("t"), waiter_attempt=1) is None
+    assert sorted(edges.targets(pid, attempt=1)) == sorted([other, "short"])
+    edges.refuse(pid, [other], via=waiter_id_for("t"), cycle=[pid, other, pid])
+    assert edges.targets(pid) == ["short"]
+    # a redelivery gets the recorded cycle back, long ids in their key form
+    recorded = [partition_key(pid), partition_key(other), partition_key(pid)]
+    assert edges.add(pid, [other], via=waiter_id_for("t")) == recorded
+
+
+def test_cycle_check_between_long_ids(aws: Aws, pid: str) -> None:
+    guard = CycleGuard(
+        states=aws.states,
+        edges=WaitEdges(aws.dynamodb, DEPENDENCY_TABLE, retention_days=1),
+        max_length=5,
+    )
+    other = long_id(4_000, tail="/b")
+    assert guard.admit(pid, [other], via=waiter_id_for("a")) is None
+    cycle = guard.admit(other, [pid], via=waiter_id_for("b"))
+    assert cycle is not None
+    assert cycle.path == (other, pid, other)
