@@ -35,11 +35,15 @@ from packaging.utils import canonicalize_name
 
 from dependency_tracker import clients, definitions, observability, settings
 from dependency_tracker.filters import CALLBACK_STREAM_FILTER, matches, update_state_event_pattern
+from dependency_tracker.flows.chaining import CHAINED_PREFIX
+from dependency_tracker.flows.process import LARGE_INPUT_PREFIX
+from dependency_tracker.flows.results import RESULTS_PREFIX
 from dependency_tracker.handlers import callback, process, update_state
 from dependency_tracker.local.context import LocalContext
 from dependency_tracker.local.events import status_change_event
 from dependency_tracker.local.pumps import ExecutionPump, SqsPump, StreamPump
 from dependency_tracker.models import PayloadState, ProcessPayload
+from dependency_tracker.models.outputs import CALLBACK_OUTPUTS_PREFIX
 from dependency_tracker.stores import StateTable
 from dependency_tracker.stores import schema as table_schema
 from tests.conftest import load_event, payload, wait_until
@@ -443,6 +447,28 @@ def test_extra_parameters_widen_only_what_they_name(template: dict[str, Any]) ->
     )
     parents = before.physical("WaitForDependenciesStateMachine").ref
     assert after.allowed("CallbackFunction", "states:SendTaskFailure", parents)
+
+
+def test_bucket_writes_are_the_prefixes_the_code_writes(stack: Stack) -> None:
+    # GIVEN the key prefixes under which each handler writes to the payload bucket
+    bucket = stack.arn_of("PayloadBucket")
+    expected = {
+        "ProcessFunction": {LARGE_INPUT_PREFIX},  # execution inputs too large to pass
+        "UpdateStateFunction": {RESULTS_PREFIX, CHAINED_PREFIX},  # results, next steps
+        "CallbackFunction": {CALLBACK_OUTPUTS_PREFIX},  # outputs and summaries past a bound
+    }
+    for function, prefixes in expected.items():
+        # THEN its role may write there and nowhere else in the bucket (or outside it)
+        written = {
+            resource
+            for statement in stack.statements(function)
+            if "s3:PutObject" in statement.actions
+            for resource in statement.resources
+        }
+        assert written == {f"{bucket}/{prefix}/*" for prefix in prefixes}, function
+        # AND the function is told which bucket that is
+        variables = environment(stack, function)
+        assert variables[settings.ENV_PAYLOAD_BUCKET] == stack.physical("PayloadBucket").ref
 
 
 # ---------------------------------------------------------------------- storage and queues
@@ -1345,6 +1371,52 @@ def call_resources(call: Call, parents: dict[str, str]) -> list[str]:
     pytest.fail(f"teach call_resources the resource of {call.action}")
 
 
+def untaken_paths(bucket: str, parent_map: str, parent_join: str) -> list[tuple[Any, str]]:
+    """Process messages (body, message id) for the paths the two parents do not take."""
+    late = {"task_token": "late-waiter", "parent_execution": parent_map}
+    join = {
+        "join": {"task_token": "join-token", "quorum": 1, "parent_execution": parent_join},
+        "payloads": [simulated("a")],
+    }
+    lost = {
+        "join": {"task_token": "lost-join", "quorum": 1, "parent_execution": parent_join},
+        "payloads": [simulated("b", "fail")],
+    }
+    big = simulated("big")
+    big["features"][0]["properties"] = {"blob": "x" * 5000}
+    huge = simulated("huge")
+    huge["features"][0]["properties"] = {"blob": "x" * 300_000}  # over the execution limit
+    chained = simulated("chained")
+    chained["process"].append({"workflow": "simulate", "collections": ["next-step"]})
+    huge_chain = simulated("huge-chain")
+    huge_chain["features"][0]["properties"] = {"blob": "x" * 300_000}
+    huge_chain["process"].append({"workflow": "simulate", "collections": ["huge-next"]})
+    # ids under the 2,048-byte key limit whose list outgrows the join summary's bound
+    members = [{**simulated(f"wide-{i}"), "id": f"wide-{i:02d}-" + "w" * 1_900} for i in range(18)]
+    wide = {
+        "join": {"task_token": "wide-join", "parent_execution": parent_join},
+        "payloads": members,
+    }
+    x_id, y_id = (ProcessPayload.model_validate(simulated(n)).id for n in ("x", "y"))
+    x_waits = {**simulated("y"), "callback": {**late, "task_token": "x", "waiter_payload_id": x_id}}
+    y_waits = {**simulated("x"), "callback": {**late, "task_token": "y", "waiter_payload_id": y_id}}
+    return [
+        ({"url": f"s3://{bucket}/p/d.json"}, "s3-pointer"),
+        (big, "big-result"),
+        (chained, "chained"),
+        (huge, "huge-input"),
+        (huge_chain, "huge-chain"),
+        (wide, "wide-join"),
+        ({**simulated("a"), "callback": late}, "late-waiter"),
+        ({"process": [{"workflow": "simulate"}], "callback": {"task_token": "bad"}}, "bad"),
+        (join, "join"),
+        (join, "join"),
+        (lost, "lost-join"),
+        (x_waits, "x-waits"),
+        (y_waits, "y-waits"),
+    ]
+
+
 def test_every_aws_call_is_allowed_and_every_grant_is_used(deployment: Deployment) -> None:
     stack, recorder = deployment.stack, deployment.recorder
     # GIVEN two parents on the stack's own state machines: a Map over a succeeding and
@@ -1369,42 +1441,14 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(deployment: Deploymen
     # AND the paths the parents did not take: an S3 pointer, a late waiter on a finished
     # payload (replay), an invalid message with a token, a join delivered twice, a
     # result too large to keep inline (it goes to the bucket), a two-step chain, a
-    # payload too large for an execution input (it goes by reference), and two payloads
+    # payload too large for an execution input (it goes by reference), a chain whose next
+    # step is too large for the queue (by reference too), a join whose summary is too
+    # large for its callback output (by reference: long member ids), and two payloads
     # waiting on each other (the second wait is refused with DependencyCycle)
     process_handler = recorder.handler(stack, "ProcessFunction")
     bucket = stack.physical("PayloadBucket").ref
     deployment.s3.put_object(Bucket=bucket, Key="p/d.json", Body=json.dumps(simulated("d")))
-    late = {"task_token": "late-waiter", "parent_execution": parent_map}
-    join = {
-        "join": {"task_token": "join-token", "quorum": 1, "parent_execution": parent_join},
-        "payloads": [simulated("a")],
-    }
-    lost = {
-        "join": {"task_token": "lost-join", "quorum": 1, "parent_execution": parent_join},
-        "payloads": [simulated("b", "fail")],
-    }
-    big = simulated("big")
-    big["features"][0]["properties"] = {"blob": "x" * 5000}
-    huge = simulated("huge")
-    huge["features"][0]["properties"] = {"blob": "x" * 300_000}  # over the execution limit
-    chained = simulated("chained")
-    chained["process"].append({"workflow": "simulate", "collections": ["next-step"]})
-    x_id, y_id = (ProcessPayload.model_validate(simulated(n)).id for n in ("x", "y"))
-    x_waits = {**simulated("y"), "callback": {**late, "task_token": "x", "waiter_payload_id": x_id}}
-    y_waits = {**simulated("x"), "callback": {**late, "task_token": "y", "waiter_payload_id": y_id}}
-    for body, message_id in [
-        ({"url": f"s3://{bucket}/p/d.json"}, "s3-pointer"),
-        (big, "big-result"),
-        (chained, "chained"),
-        (huge, "huge-input"),
-        ({**simulated("a"), "callback": late}, "late-waiter"),
-        ({"process": [{"workflow": "simulate"}], "callback": {"task_token": "bad"}}, "bad"),
-        (join, "join"),
-        (join, "join"),
-        (lost, "lost-join"),
-        (x_waits, "x-waits"),
-        (y_waits, "y-waits"),
-    ]:
+    for body, message_id in untaken_paths(bucket, parent_map, parent_join):
         assert process_handler(sqs_event(body, ids=[message_id])) == {"batchItemFailures": []}
     # AND a repeated status change whose input EventBridge left out
     done = StateTable(deployment.dynamodb, stack.physical("StateTable").ref).get(
