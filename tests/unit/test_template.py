@@ -10,7 +10,9 @@ intrinsic functions are resolved for one account and region
 
 The security checks also cover the grants SAM adds to the roles it generates
 (``template_contract.iam``) and hold docs/security.md's tables to the template
-(``template_contract.markdown``).
+(``template_contract.markdown``). The template's ``Rules`` are evaluated for given
+parameter values (``template_contract.rules``). ``test_transformed_template.py`` reads
+the template after the SAM transform and holds these models to it.
 """
 
 from __future__ import annotations

@@ -2,10 +2,12 @@
 
 ``Stack.statements`` reads what the template writes under ``Policies``. A
 deployed role holds more: the SAM transform attaches AWS-managed policies and
-writes inline statements for event sources and destinations. The SAM translator
-is not installed here, so :func:`role_grants` models what it adds for the
-features this template uses (from ``samtranslator/model/sam_resources.py``,
-``eventsources/pull.py``, ``stepfunctions/generators.py`` and ``xray_utils.py``).
+writes inline statements for event sources and destinations. :func:`role_grants`
+models what it adds for the features this template uses (from
+``samtranslator/model/sam_resources.py``, ``eventsources/pull.py``,
+``stepfunctions/generators.py`` and ``xray_utils.py``), so the IAM checks read
+plain data; ``test_transformed_template.py`` holds the model to the translator's
+own output (``template_contract.transformed``), grant by grant.
 A feature it does not model (a policy template, a managed policy name, a VPC,
 another pull event source, a state machine event, a ``Role`` from outside the
 template) raises, so a template change cannot slip past the IAM checks
