@@ -29,6 +29,12 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
+# A refusal's cause names every payload of the cycle, whole: ids of any length could
+# push the row past 400 KB. The parent gets it inside a SendTaskFailure cause
+# (32,768 characters with its JSON envelope), so more than half of that is never read.
+MAX_REFUSAL_CAUSE_CHARS = 16_384
+_TRUNCATED = "...[truncated]"
+
 # Resolving a hot payload's waiters is I/O bound; a few threads keep it fast
 # without bursting past the table's (on-demand) write throughput.
 DEFAULT_RESOLVE_CONCURRENCY = 8
@@ -157,10 +163,13 @@ class DependencyTable:
         """Turn down a still-``PROCESSING`` wait: the parent gets ``error_name``.
 
         The row ends ``INVALID`` (the wait, not the payload, is at fault) and
-        the stream handler sends ``SendTaskFailure`` with ``error_name``.
-        Returns False when the row had already been resolved.
+        the stream handler sends ``SendTaskFailure`` with ``error_name``. A cause
+        over :data:`MAX_REFUSAL_CAUSE_CHARS` is cut (and marked). Returns False
+        when the row had already been resolved.
         """
         now = utcnow()
+        if len(cause) > MAX_REFUSAL_CAUSE_CHARS:
+            cause = cause[: MAX_REFUSAL_CAUSE_CHARS - len(_TRUNCATED)] + _TRUNCATED
         return (
             update_if(
                 self._client,
@@ -249,7 +258,8 @@ class DependencyTable:
         if cycle is not None:
             sets.append("#cycle = :cycle")
             names["#cycle"] = "cycle"
-            plain["cycle"] = cycle
+            # Ids in their key form (whole up to 2,048 bytes): a cycle of any ids fits.
+            plain["cycle"] = [partition_key(node) for node in cycle]
         extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
         return (
             update_if(

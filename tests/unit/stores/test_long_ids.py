@@ -26,6 +26,7 @@ from dependency_tracker.models import (
     utcnow,
     waiter_id_for,
 )
+from dependency_tracker.stores.dependency_table import MAX_REFUSAL_CAUSE_CHARS
 from dependency_tracker.stores.wait_edges import WaitEdges
 from tests.conftest import DEPENDENCY_TABLE, STATE_TABLE, Aws
 
@@ -201,3 +202,41 @@ def test_cycle_check_between_long_ids(aws: Aws, pid: str) -> None:
     cycle = guard.admit(other, [pid], via=waiter_id_for("b"))
     assert cycle is not None
     assert cycle.path == (other, pid, other)
+
+
+def test_a_refusal_naming_long_ids_fits_the_row(aws: Aws) -> None:
+    # A cycle of three 100,000-byte ids: the whole cause would push the row past 400 KB.
+    a, b = long_id(100_000, tail="/a"), long_id(100_000, tail="/b")
+    aws.dependencies.register(waiter(a, "t", waiter_payload_id=b))
+    cause = f"waiting would close a dependency cycle: {b} -> {a} -> {b}"
+    assert aws.dependencies.refuse(a, waiter_id_for("t"), DependencyError.CYCLE, cause)
+    row = aws.dependencies.get(a, waiter_id_for("t"))
+    assert row is not None
+    assert row.cause is not None
+    assert len(row.cause) == MAX_REFUSAL_CAUSE_CHARS
+    assert row.cause.endswith("...[truncated]")
+    assert cause.startswith(row.cause.removesuffix("...[truncated]"))
+
+
+def test_a_join_refused_over_long_ids_records_them_in_key_form(aws: Aws, pid: str) -> None:
+    now = utcnow()
+    aws.dependencies.register(
+        JoinItem(
+            payload_id=join_partition_for("ring"),
+            waiter_id=JOIN_ROW_KEY,
+            join_id="ring",
+            task_token="tok",
+            quorum=1,
+            total=1,
+            members=[pid],
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    cycle = [pid, "short", pid]
+    assert aws.dependencies.decide_join(
+        "ring", PayloadState.FAILED, error=DependencyError.CYCLE, cycle=cycle
+    )
+    stored = aws.dependencies.get_join("ring")
+    assert stored is not None
+    assert stored.cycle == [partition_key(pid), "short", partition_key(pid)]
