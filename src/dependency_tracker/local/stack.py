@@ -19,6 +19,7 @@ from dependency_tracker.local.pumps import ExecutionPump, SqsPump, StreamPump
 from dependency_tracker.local.runner import Invoker, PumpRunner, ThreadRoutedStdout
 from dependency_tracker.local.server import MotoServer
 from dependency_tracker.local.strict import strict_limits
+from dependency_tracker.local.strict import wanted as strict_wanted
 from dependency_tracker.observability import logger
 from dependency_tracker.stores.schema import create_tables
 
@@ -46,11 +47,12 @@ class LocalStack:
     ``endpoint_url``: ``outputs`` then also holds ``EndpointUrl``, and the
     handlers and ``client()`` go through that endpoint.
 
-    With ``strict`` (the default) moto refuses what AWS would refuse (item and
-    key sizes, batch sizes, execution input and task output sizes, execution
-    names, message sizes; see :mod:`dependency_tracker.local.strict` and the
-    limits table in ``docs/local.md``), for the stack's handlers and for any
-    other code in the process, such as a user's own pipeline tests. Queues are
+    With ``strict`` (the default, unless ``DEPTRACK_STRICT=0``) moto refuses
+    what AWS would refuse (item and key sizes, batch sizes, execution input and
+    task output sizes, execution names, message sizes; see
+    :mod:`dependency_tracker.local.strict` and the limits table in
+    ``docs/local.md``), for the stack's handlers and for any other code in the
+    process, such as a user's own pipeline tests. Queues are
     created with a ``MaximumMessageSize`` of 256 KiB, as the template's.
 
     Example:
@@ -73,7 +75,7 @@ class LocalStack:
         sink: IO[str] | None = None,
         port: int | None = None,
         host: str = "127.0.0.1",
-        strict: bool = True,
+        strict: bool | None = None,
     ) -> None:
         self.prefix = prefix
         self.region = region
@@ -90,7 +92,7 @@ class LocalStack:
         self._mock: Any = None
         self._port = port
         self._host = host
-        self.strict = strict
+        self.strict = strict_wanted() if strict is None else strict
         self._strict_block: contextlib.ExitStack | None = None
         self.endpoint_url: str | None = None
         self._saved_env: dict[str, str | None] = {}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import os
 import re
 import threading
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,15 @@ def strict_limits() -> Iterator[None]:
     finally:
         with _lock:
             _active -= 1
+
+
+def wanted() -> bool:
+    """Whether the stack and the tests turn the layer on: yes unless ``DEPTRACK_STRICT=0``.
+
+    The switch exists to measure the layer's cost, and to reproduce moto's
+    own behaviour when a difference is in doubt.
+    """
+    return os.environ.get("DEPTRACK_STRICT", "1") != "0"
 
 
 def is_active() -> bool:
