@@ -44,6 +44,7 @@ def worst_case_row(row: JoinItem) -> JoinItem:
         update={
             "workflow_state": PayloadState.SUCCEEDED,  # the longest state name
             "error": max((str(error) for error in DependencyError), key=len),
+            "succeeded": [],  # a member ends once: in one set or the other
             "failed": list(row.members),
             "failures": {
                 member: MemberFailure(
