@@ -35,7 +35,7 @@ from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguagePa
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from dependency_tracker import clients, definitions, observability, settings
+from dependency_tracker import clients, definitions, limits, observability, settings
 from dependency_tracker.filters import CALLBACK_STREAM_FILTER, matches, update_state_event_pattern
 from dependency_tracker.flows.chaining import CHAINED_PREFIX
 from dependency_tracker.flows.process import LARGE_INPUT_PREFIX
@@ -525,6 +525,13 @@ def test_process_queue_redrives_and_outlasts_the_function(
     assert mapping["Queue"] == {"Fn::GetAtt": ["ProcessQueue", "Arn"]}
     assert mapping["BatchSize"] == {"Ref": "ProcessBatchSize"}
     assert mapping["MaximumBatchingWindowInSeconds"] == {"Ref": "ProcessBatchingWindowSeconds"}
+
+
+def test_queues_take_the_message_size_the_tracker_sizes_for(stack: Stack) -> None:
+    """The queues the handlers write to have the maximum the embedded stack's queues have."""
+    for name in ("ProcessQueue", "StatusReportQueue"):
+        size = stack.resolved_properties(name)["MaximumMessageSize"]
+        assert int(size) == limits.SQS_DEFAULT_MAX_MESSAGE_BYTES, name
 
 
 def test_status_report_queue_outlasts_update_state(
