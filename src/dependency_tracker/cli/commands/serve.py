@@ -39,6 +39,12 @@ def serve(
         Path, typer.Option(help="Where the handlers' logs and metrics go.")
     ] = DEFAULT_LOG_FILE,
     log_level: Annotated[str, typer.Option(help="Log level of the handlers.")] = "INFO",
+    strict: Annotated[
+        bool,
+        typer.Option(
+            help="Refuse what AWS would refuse (sizes, names, batch limits; docs/local.md)."
+        ),
+    ] = True,
     json_output: Json = False,
 ) -> None:
     """Run the embedded stack behind a local AWS-compatible endpoint until Ctrl-C.
@@ -67,7 +73,13 @@ def serve(
     try:
         with reported_errors(), log_file.open("w", encoding="utf-8") as sink:
             stack = LocalStack(
-                prefix=prefix, region=region, port=port, host=host, log_level=log_level, sink=sink
+                prefix=prefix,
+                region=region,
+                port=port,
+                host=host,
+                log_level=log_level,
+                sink=sink,
+                strict=strict,
             )
             try:
                 stack.start()
