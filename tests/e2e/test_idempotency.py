@@ -21,6 +21,7 @@ from tests.e2e.conftest import (
     start_parent,
     state_of,
 )
+from tests.e2e.parent_limits import callback_outputs
 
 if TYPE_CHECKING:
     from dependency_tracker.local import LocalStack
@@ -36,13 +37,19 @@ def summaries(stack: LocalStack, parent: str) -> list[dict[str, Any]]:
 
 
 def test_same_payload_twice_runs_once_and_replays_the_stored_result(stack: LocalStack) -> None:
-    (first,) = summaries(stack, start_parent(stack, "idem-1", [dependency("i-same")]))
-    (second,) = summaries(stack, start_parent(stack, "idem-2", [dependency("i-same")]))
+    # one parent after the other: the second finds the payload finished
+    parents = [start_parent(stack, "idem-1", [dependency("i-same")])]
+    (first,) = summaries(stack, parents[0])
+    parents.append(start_parent(stack, "idem-2", [dependency("i-same")]))
+    (second,) = summaries(stack, parents[1])
     assert len(child_executions(stack, dependency_id("i-same"))) == 1
     assert (first["replayed"], second["replayed"]) == (False, True)
-    assert first["result"] == second["result"]
-    assert first["result"]["items"] == [{"id": "i-same", "collection": "e2e"}]
-    assert first["execution_arn"] == second["execution_arn"]
+    assert first["payload_id"] == second["payload_id"] == dependency_id("i-same")
+    # both callbacks carried the stored result and the one execution
+    (one,), (two,) = (callback_outputs(stack, parent) for parent in parents)
+    assert one["result"] == two["result"]
+    assert one["result"]["items"] == [{"id": "i-same", "collection": "e2e"}]
+    assert one["execution_arn"] == two["execution_arn"]
 
 
 def test_jmespath_key_makes_different_payloads_one(stack: LocalStack) -> None:
@@ -134,8 +141,10 @@ def test_three_step_chain_with_a_parent_waiting_on_the_last_step(stack: LocalSta
 def test_large_output_is_stored_in_the_bucket_not_inline(stack: LocalStack) -> None:
     big = dependency("i-big")
     big["features"][0]["properties"] = {"blob": "x" * 100_000}
-    (summary,) = summaries(stack, start_parent(stack, "big-inline", [big]))
-    pointer = summary["result"]
+    parent = start_parent(stack, "big-inline", [big])
+    summaries(stack, parent)
+    (sent,) = callback_outputs(stack, parent)
+    pointer = sent["result"]
     assert pointer["url"].startswith(f"s3://{stack.outputs['PayloadBucketName']}/results/")
     assert pointer["bytes"] > 100_000
     bucket, key = pointer["url"].removeprefix("s3://").split("/", 1)
@@ -165,10 +174,12 @@ def test_one_megabyte_result_travels_as_a_pointer(stack: LocalStack) -> None:
     payload = dependency("i-1mb")
     payload["process"][0]["workflow"] = "big-output"
     started = time.monotonic()
-    (summary,) = summaries(stack, start_parent(stack, "one-mb", [payload]))
+    parent = start_parent(stack, "one-mb", [payload])
+    summaries(stack, parent)
     elapsed = time.monotonic() - started
     # THEN the parent gets the pointer, and the bytes it points at are intact
-    assert summary["result"] == {"url": url}
+    (sent,) = callback_outputs(stack, parent)
+    assert sent["result"] == {"url": url}
     fetched = stack.client("s3").get_object(Bucket=bucket, Key="outputs/one-mb.json")["Body"].read()
     assert len(fetched) > 1024 * 1024
     print(f"\n1 MB result end to end: {elapsed:.2f} s")  # noqa: T201

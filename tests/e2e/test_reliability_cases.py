@@ -30,6 +30,7 @@ from dependency_tracker.models import PayloadState
 from tests.chaos.hot import SendProbe
 from tests.conftest import wait_until
 from tests.e2e.conftest import dependency, dependency_id, finished, start_parent, state_of, waiters
+from tests.e2e.parent_limits import callback_outputs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -281,16 +282,19 @@ def test_status_change_without_input_and_output(stack: LocalStack, taps: Taps, s
         }
         stored = stack.client("s3").get_object(Bucket=bucket, Key=f"results/{digest}/1.json")
         assert json.loads(stored["Body"].read()) == full
-    assert summary == {
+    # the callback output (the contract) carries the result; the parent keeps only the id
+    (sent,) = callback_outputs(stack, described["executionArn"])
+    assert sent == {
         "payload_id": pid,
         "state": "SUCCEEDED",
         "execution_arn": child,
         "replayed": False,
         "result": expected,
     }
-    # AND the result is stored: a later parent gets it replayed, and nothing runs again
+    assert summary == {"payload_id": pid, "replayed": False}
     assert state.result_json is not None
     assert json.loads(state.result_json) == expected
+    # AND a later parent gets it replayed, and nothing runs again
     again = finished(stack, start_parent(stack, f"rc-noinput-{size}-again", [body]))
     assert again["status"] == "SUCCEEDED"
     (replayed,) = json.loads(again["output"])["dependencies"]

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dependency_tracker import definitions
 from dependency_tracker.errors import ConfigurationError
+from dependency_tracker.limits import SFN_MAX_HISTORY_EVENTS, SFN_MAX_PAYLOAD_BYTES
+from dependency_tracker.models import DependencyError
+from tests.e2e.parent_limits import MAX_DEPENDENCIES, moto_size, state_after_map
+
+# Payload ids up to this many bytes fit MAX_DEPENDENCIES times in the Map parent's state.
+ID_BOUND = 135
 
 VALUES = dict.fromkeys(definitions.SUBSTITUTION_KEYS, "1") | {
     "ProcessQueueUrl": "https://sqs.us-east-1.amazonaws.com/123456789012/q"
@@ -56,3 +63,116 @@ def test_missing_substitution_is_a_clear_error(tmp_path: Path) -> None:
     path.write_text('{"Comment": "${Nope}"}')
     with pytest.raises(ConfigurationError, match=r"\$\{Nope\}"):
         definitions.render(path, VALUES)
+
+
+def rendered(name: str) -> dict[str, Any]:
+    """The definition ``name`` with every placeholder filled, as JSON."""
+    result: dict[str, Any] = json.loads(definitions.render(definitions.discover()[name], VALUES))
+    return result
+
+
+def successors(state: dict[str, Any]) -> list[str]:
+    """Every state a state can hand over to: Next, Choice targets, Default, Catch."""
+    found = [state["Next"]] if "Next" in state else []
+    found += [choice["Next"] for choice in state.get("Choices", [])]
+    found += [state["Default"]] if "Default" in state else []
+    found += [catcher["Next"] for catcher in state.get("Catch", [])]
+    return found
+
+
+def ends_reachable_from(states: dict[str, dict[str, Any]], start: str) -> set[str]:
+    """Error names of the Fail states reachable from ``start`` ("" for a success end)."""
+    seen: set[str] = set()
+    ends: set[str] = set()
+    todo = [start]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        state = states[name]
+        if state["Type"] == "Fail":
+            ends.add(state["Error"])
+        elif state.get("End"):
+            ends.add("")
+        todo.extend(successors(state))
+    return ends
+
+
+@pytest.mark.parametrize("name", sorted(definitions.discover()))
+def test_no_feature_moto_cannot_run(name: str) -> None:
+    # JSONata, Assign and ToleratedFailureCount are broken locally (design.md, moto facts)
+    text = json.dumps(rendered(name))
+    for feature in ('"QueryLanguage"', '"Assign"', '"ToleratedFailureCount', '"Arguments"'):
+        assert feature not in text, feature
+
+
+def test_map_parent_keeps_one_small_summary_per_dependency() -> None:
+    states = rendered("wait-for-dependencies")["States"]
+    map_state = states["WaitForEach"]
+    # the summaries replace the dependency list: the state never holds both
+    assert map_state["ItemsPath"] == map_state["ResultPath"] == "$.dependencies"
+    task = map_state["ItemProcessor"]["States"]["PublishAndWait"]
+    assert set(task["ResultSelector"]) == {"payload_id.$", "replayed.$"}
+    # only the fields the parent needs reach the Map (other input fields are dropped)
+    kept = states["KeepWhatTheParentNeeds"]["Parameters"]
+    assert set(kept) == {
+        "payload_id.$",
+        "timeout_seconds.$",
+        "max_concurrency.$",
+        "count.$",
+        "dependencies.$",
+    }
+    assert kept["count.$"] == "States.ArrayLength($.dependencies)"
+    assert states["Succeeded"]["Parameters"]["dependencies.$"] == "$.dependencies"
+
+
+def test_map_parent_refuses_past_its_limit_before_the_map() -> None:
+    states = rendered("wait-for-dependencies")["States"]
+    (rule,) = states["WithinLimits"]["Choices"]
+    assert rule == {
+        "Variable": "$.count",
+        "NumericGreaterThan": MAX_DEPENDENCIES,
+        "Next": "TooManyDependencies",
+    }
+    assert states["WithinLimits"]["Default"] == "WaitForEach"
+    refusal = states["TooManyDependencies"]
+    assert refusal["Type"] == "Fail"
+    assert refusal["Error"] in {error.value for error in DependencyError}
+    assert f"{MAX_DEPENDENCIES:,} dependencies" in refusal["Cause"]
+
+
+def test_map_parent_limit_fits_history_and_state_data() -> None:
+    # 8 history events per dependency plus 14 (measured on moto; docs/patterns.md)
+    assert 8 * MAX_DEPENDENCIES + 14 < SFN_MAX_HISTORY_EVENTS
+    # the largest Map output: MAX_DEPENDENCIES ids of ID_BOUND bytes and a 1 KiB parent id
+    # fit (as moto counts, with spaces); one byte more per id does not
+
+    def largest_state(id_bytes: int) -> int:
+        ids = [f"{index:05d}".ljust(id_bytes, "x") for index in range(MAX_DEPENDENCIES)]
+        state = state_after_map(ids, timeout_seconds=31_536_000)
+        return moto_size(state | {"payload_id": "w" * 1024})
+
+    assert largest_state(ID_BOUND) < SFN_MAX_PAYLOAD_BYTES <= largest_state(ID_BOUND + 1)
+
+
+def test_join_timeout_always_ends_in_dependency_timed_out() -> None:
+    states = rendered("wait-for-join")["States"]
+    read = states["ReadSummary"]
+    # no path may need $.Item: a join not registered yet has no row (States.Runtime otherwise)
+    assert "ResultSelector" not in read
+    assert states["RowExists"]["Choices"] == [
+        {"Variable": "$.read.Item", "IsPresent": True, "Next": "DescribeRow"}
+    ]
+    # throttling is retried; anything else (size included: States.ALL does not match
+    # States.DataLimitExceeded) is caught
+    (retry,) = read["Retry"]
+    assert "DynamoDB.ProvisionedThroughputExceededException" in retry["ErrorEquals"]
+    caught = {error for catcher in read["Catch"] for error in catcher["ErrorEquals"]}
+    assert {"States.ALL", "States.DataLimitExceeded"} <= caught
+    assert ends_reachable_from(states, "ReadSummary") == {"DependencyTimedOut"}
+    # and the callback timeout leads there
+    (timeout,) = [
+        c for c in states["PublishAndWait"]["Catch"] if "States.Timeout" in c["ErrorEquals"]
+    ]
+    assert timeout["Next"] == "ReadSummary"
