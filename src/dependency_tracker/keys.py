@@ -49,7 +49,9 @@ def table_key(text: str, limit: int) -> str:
     Raises:
         ValueError: ``limit`` leaves no room for the digest.
     """
-    encoded = text.encode("utf-8")
+    # A lone surrogate (JSON allows "\ud800") has no UTF-8 form: count and hash it
+    # as Python would pass it on, instead of failing the whole message here.
+    encoded = text.encode("utf-8", errors="surrogatepass")
     if len(encoded) <= limit:
         return text
     room = limit - len(HASH_MARK) - _DIGEST_CHARS

@@ -211,3 +211,14 @@ def test_join_failures_are_keyed_within_attribute_name_limits() -> None:
     assert set(item["failures"]["M"]) == {failure_key(long_member)}
     assert utf8_size(failure_key(long_member)) <= DDB_MAX_PARTITION_KEY_BYTES
     assert JoinItem.from_item(item).failures == join.failures
+
+
+def test_a_lone_surrogate_does_not_break_the_derivation() -> None:
+    # JSON admits "\ud800"; such an id is kept as before when short, and derived when long.
+    short = "c/workflow-w/\ud800"
+    assert partition_key(short) == short
+    long = "x" * 1_974 + "\ud800" * 40
+    key = partition_key(long)
+    key.encode("utf-8")  # the prefix dropped the half character: the key is valid UTF-8
+    assert is_derived(key)
+    assert partition_key(long + "y") != key
