@@ -162,8 +162,12 @@ def test_join_timeout_always_ends_in_dependency_timed_out() -> None:
     # no path may need $.Item: a join not registered yet has no row (States.Runtime otherwise)
     assert "ResultSelector" not in read
     assert states["RowExists"]["Choices"] == [
-        {"Variable": "$.read.Item", "IsPresent": True, "Next": "DescribeRow"}
+        {"Variable": "$.read.Item", "IsPresent": True, "Next": "CountOutcomes"}
     ]
+    # the cause counts outcomes and names the row: no member list, whatever its ids' length
+    projected = {name.strip() for name in read["Parameters"]["ProjectionExpression"].split(",")}
+    assert "members" not in projected
+    assert set(states["SummarizeRow"]["Parameters"]["counts"]) == {"succeeded.$", "failed.$"}
     # throttling is retried; anything else (size included: States.ALL does not match
     # States.DataLimitExceeded) is caught
     (retry,) = read["Retry"]
