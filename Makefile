@@ -65,11 +65,17 @@ bench-smoke: venv
 # payload; prints the register / resolve / callbacks / total times, update-state's Query pages
 # and the most UpdateItem calls it had in flight. Its own process: after the chaos run, about
 # 260,000 more objects live in the process and moto's StartExecution is ~3x slower.
+# Then the Map parent at scale (tests/chaos/test_map_scale.py): MAP_DEPENDENCIES dependencies
+# by {"url"} with 100-character ids (about 5 minutes at 1,000), and its state limit reached by
+# ~130 dependencies with 2,000-character ids; prints wall time, peak state and history events.
 CHAOS_SEED ?= 2026
 CHAOS_PARENTS ?= 200
 HOT_PARENTS ?= 1000
+MAP_DEPENDENCIES ?= 1000
 chaos: venv
 	DEPTRACK_CHAOS=1 DEPTRACK_CHAOS_SEED=$(CHAOS_SEED) DEPTRACK_CHAOS_PARENTS=$(CHAOS_PARENTS) \
 		$(BIN)/pytest tests/chaos/test_chaos.py::test_big_chaos_run -q -p no:cacheprovider
 	DEPTRACK_CHAOS=1 DEPTRACK_HOT_PARENTS=$(HOT_PARENTS) \
 		$(BIN)/pytest tests/chaos/test_hot.py::test_big_hot_run -q -p no:cacheprovider
+	DEPTRACK_CHAOS=1 DEPTRACK_MAP_DEPENDENCIES=$(MAP_DEPENDENCIES) \
+		$(BIN)/pytest tests/chaos/test_map_scale.py -q -p no:cacheprovider

@@ -111,11 +111,13 @@ def _did(status: ParentStatus) -> str:
     if not status.parent.join or status.output is None:
         return "[green]resumed, SUCCEEDED[/]"
     summary = status.output["join"]
-    did = f"resumed: {len(summary['succeeded'])}/{summary['total']} succeeded"
+    # counts, not the lists: past its bound a summary carries no lists (summary_url instead)
+    counts = summary["counts"]
+    did = f"resumed: {counts['succeeded']}/{summary['total']} succeeded"
     if summary.get("winner"):
         did += f", winner {summary['winner'].rsplit('/', 1)[-1]}"
-    if summary["pending"]:
-        did += f", {len(summary['pending'])} still running"
+    if counts["pending"]:
+        did += f", {counts['pending']} still running"
     return f"[green]{did}[/]"
 
 
