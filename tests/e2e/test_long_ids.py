@@ -24,8 +24,10 @@ from dependency_tracker.keys import partition_key
 from dependency_tracker.limits import DDB_MAX_PARTITION_KEY_BYTES, utf8_size
 from dependency_tracker.local import LocalStack
 from dependency_tracker.models import DependencyError, PayloadState, ProcessPayload
-from dependency_tracker.stores import DependencyTable, StateTable
 from tests.conftest import wait_until
+from tests.e2e.conftest import finished as finished_within
+from tests.e2e.conftest import states
+from tests.e2e.conftest import waiters as rows
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -87,23 +89,9 @@ def start(stack: LocalStack, machine: str, name: str, **fields: Any) -> str:
     return str(response["executionArn"])
 
 
-def finished(stack: LocalStack, execution_arn: str, timeout: float = 60.0) -> dict[str, Any]:
-    sfn = stack.client("stepfunctions")
-
-    def stopped() -> dict[str, Any] | None:
-        described: dict[str, Any] = sfn.describe_execution(executionArn=execution_arn)
-        return None if described["status"] == "RUNNING" else described
-
-    result: dict[str, Any] = wait_until(stopped, timeout=timeout)
-    return result
-
-
-def states(stack: LocalStack) -> StateTable:
-    return StateTable(stack.client("dynamodb"), stack.outputs["StateTableName"])
-
-
-def rows(stack: LocalStack) -> DependencyTable:
-    return DependencyTable(stack.client("dynamodb"), stack.outputs["DependencyTableName"])
+def finished(stack: LocalStack, execution_arn: str) -> dict[str, Any]:
+    """``DescribeExecution`` once stopped (a minute: long ids make many-item payloads)."""
+    return finished_within(stack, execution_arn, timeout=60.0)
 
 
 def stored_key(stack: LocalStack, payload_id: str) -> dict[str, Any]:
