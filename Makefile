@@ -72,6 +72,10 @@ CHAOS_SEED ?= 2026
 CHAOS_PARENTS ?= 200
 HOT_PARENTS ?= 1000
 MAP_DEPENDENCIES ?= 1000
+# Last, an all-of join over JOIN_MEMBERS members by {"url"} (tests/chaos/test_join_scale.py):
+# its output goes by summary_url; prints wall time, output, summary object and join row sizes.
+JOIN_MEMBERS ?= 1000
+JOIN_ID_LENGTH ?= 61
 chaos: venv
 	DEPTRACK_CHAOS=1 DEPTRACK_CHAOS_SEED=$(CHAOS_SEED) DEPTRACK_CHAOS_PARENTS=$(CHAOS_PARENTS) \
 		$(BIN)/pytest tests/chaos/test_chaos.py::test_big_chaos_run -q -p no:cacheprovider
@@ -79,3 +83,5 @@ chaos: venv
 		$(BIN)/pytest tests/chaos/test_hot.py::test_big_hot_run -q -p no:cacheprovider
 	DEPTRACK_CHAOS=1 DEPTRACK_MAP_DEPENDENCIES=$(MAP_DEPENDENCIES) \
 		$(BIN)/pytest tests/chaos/test_map_scale.py -q -p no:cacheprovider
+	DEPTRACK_CHAOS=1 DEPTRACK_JOIN_MEMBERS=$(JOIN_MEMBERS) DEPTRACK_JOIN_ID_LENGTH=$(JOIN_ID_LENGTH) \
+		$(BIN)/pytest tests/chaos/test_join_scale.py -q -p no:cacheprovider
