@@ -18,6 +18,7 @@ from moto import mock_aws
 
 from dependency_tracker import limits
 from dependency_tracker.local.strict import is_active, strict_limits
+from tests.conftest import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -54,11 +55,13 @@ class Clients:
             definition=json.dumps(definition),
         )["stateMachineArn"]
         self.sfn.start_execution(stateMachineArn=arn, name="waiting", input="{}")
-        for _ in range(400):
-            messages = self.sqs.receive_message(QueueUrl=self.queue_url, WaitTimeSeconds=0)
-            if messages.get("Messages"):
-                return str(messages["Messages"][0]["Body"])
-        pytest.fail("the callback state machine published no token")
+
+        def published() -> list[dict[str, Any]]:
+            received = self.sqs.receive_message(QueueUrl=self.queue_url, WaitTimeSeconds=0)
+            return list(received.get("Messages", []))
+
+        (message,) = wait_until(published)
+        return str(message["Body"])
 
 
 @pytest.fixture
