@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 
 from dependency_tracker.flows.callback import CallbackAction, CallbackFlow
 from dependency_tracker.limits import SFN_MAX_CAUSE_CHARS, SFN_MAX_PAYLOAD_BYTES, utf8_size
+from dependency_tracker.local.strict import strict_limits
 from dependency_tracker.models import (
     JoinItem,
     MemberFailure,
@@ -369,15 +370,15 @@ def test_the_real_output_limit_holds_at_1400_members(aws: Aws, bucket: PayloadBu
     row = join_row(member_ids(1400, 190))
     full = JoinSummary.of(row).to_json()
     assert utf8_size(full) > SFN_MAX_PAYLOAD_BYTES
-    # AWS (the strict layer here) refuses the whole summary
-    with pytest.raises(ClientError) as refused:
+    # AWS (the strict layer here, on even under DEPTRACK_STRICT=0) refuses the whole summary
+    with strict_limits(), pytest.raises(ClientError) as refused:
         aws.sfn.send_task_success(taskToken="tok-join", output=full)
     assert refused.value.response["Error"]["Code"] == "ValidationException"
     # WHEN the callback flow builds the join's output
     output = flow(aws, bucket).join_output(row)
     # THEN it is within the bound, and Step Functions takes it (then refuses the fake token)
     assert utf8_size(output) <= MAX_JOIN_OUTPUT_BYTES
-    with pytest.raises(ClientError) as accepted:
+    with strict_limits(), pytest.raises(ClientError) as accepted:
         aws.sfn.send_task_success(taskToken="tok-join", output=output)
     assert accepted.value.response["Error"]["Code"] == "InvalidToken"
     assert len(read_url(aws, json.loads(output)["summary_url"])["succeeded"]) == 1400

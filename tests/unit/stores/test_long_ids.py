@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 from dependency_tracker.flows.cycles import CycleGuard
 from dependency_tracker.keys import partition_key
 from dependency_tracker.limits import DDB_MAX_PARTITION_KEY_BYTES, utf8_size
+from dependency_tracker.local.strict import strict_limits
 from dependency_tracker.models import (
     JOIN_ROW_KEY,
     DependencyError,
@@ -62,8 +63,8 @@ def waiter(payload_id: str, token: str, waiter_payload_id: str | None = None) ->
 
 
 def test_the_raw_id_is_refused_as_a_key(aws: Aws, pid: str) -> None:
-    # What every call below would hit without the derivation.
-    with pytest.raises(ClientError, match="ValidationException"):
+    # What every call below would hit without the derivation (as AWS: the strict layer).
+    with strict_limits(), pytest.raises(ClientError, match="ValidationException"):
         aws.dynamodb.get_item(TableName=STATE_TABLE, Key={"payload_id": {"S": pid}})
 
 
