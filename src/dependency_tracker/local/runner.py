@@ -54,6 +54,13 @@ class ThreadRoutedStdout(io.TextIOBase):
         return True
 
 
+class StackStoppedError(RuntimeError):
+    """An event reached a handler after the stack began to stop."""
+
+    def __init__(self) -> None:
+        super().__init__("the embedded stack is stopping: the event was not delivered")
+
+
 class Invoker:
     """Calls handlers one at a time, optionally sending what they print to a sink.
 
@@ -66,12 +73,26 @@ class Invoker:
     def __init__(self, stdout: ThreadRoutedStdout | None = None) -> None:
         self._lock = threading.Lock()
         self._stdout = stdout
+        self._closed = False
+
+    def close(self) -> None:
+        """Refuse every invocation from now on; the one running (if any) finishes.
+
+        A pump may be in the middle of a long round (a join's thousand status
+        changes) when the stack stops. Without this, its later invocations ran
+        after the environment was restored, against no stack at all: with the
+        mock gone, boto3 went to the real AWS endpoints.
+        """
+        with self._lock:
+            self._closed = True
 
     def wrap(self, handler: Handler) -> Handler:
         """``handler`` guarded by the invocation lock."""
 
         def invoke(event: dict[str, Any], context: Any) -> Any:
             with self._lock:
+                if self._closed:
+                    raise StackStoppedError
                 if self._stdout is None:
                     return handler(event, context)
                 with self._stdout.routed():

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 ACCOUNT = "123456789012"
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/deptrack-local"
 _MOTO_SFN_LOGGER = logging.getLogger("moto.stepfunctions.parser")
+# A handler invocation still running when the stack stops (a large join) may finish first.
+STOP_TIMEOUT_SECONDS = 120.0
 
 
 class LocalStack:
@@ -101,6 +103,7 @@ class LocalStack:
         self._moto_log_handler: logging.Handler | None = None
         self._stdout: ThreadRoutedStdout | None = None
         self._runner: PumpRunner | None = None
+        self._invoker: Invoker | None = None
         self.outputs: dict[str, Any] = {}
         self.pumps: dict[str, SqsPump | ExecutionPump | StreamPump] = {}
 
@@ -164,8 +167,13 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop the pumps, then moto; restore the environment."""
+        if self._invoker is not None:
+            # No event reaches a handler once stopping began; the one running finishes
+            # while moto still answers, before the mock and the environment go.
+            self._invoker.close()
+            self._invoker = None
         if self._runner is not None:
-            self._runner.stop()
+            self._runner.stop(timeout=STOP_TIMEOUT_SECONDS)
             self._runner = None
         if self._mock is not None:
             self._mock.stop()
@@ -333,7 +341,7 @@ class LocalStack:
         return str(queue_url), dlq_url
 
     def _start_pumps(self) -> None:
-        invoker = Invoker(self._stdout)
+        invoker = self._invoker = Invoker(self._stdout)
         self.pumps = {
             "sqs": SqsPump(
                 sqs=self.client("sqs"),
