@@ -200,6 +200,8 @@ def build_scenario(
                 f"join over {join_members} members, one token (runs last)",
                 join=True,
                 after_others=True,
+                # About 0.6 s a member on moto (docs/performance.md): 1 s each leaves room.
+                timeout_seconds=max(60, join_members),
             )
         )
     rng = random.Random(seed)  # noqa: S311  (a reproducible demo, not cryptography)
@@ -267,9 +269,14 @@ def run_scenario(
     scenario: Scenario,
     *,
     on_progress: Callable[[Snapshot], None] | None = None,
-    deadline_seconds: float = 120.0,
+    deadline_seconds: float | None = None,
 ) -> Report:
-    """Run ``scenario`` on a started stack and check every outcome."""
+    """Run ``scenario`` on a started stack and check every outcome.
+
+    The deadline defaults to a minute past the longest parent timeout.
+    """
+    if deadline_seconds is None:
+        deadline_seconds = 60.0 + max(parent.timeout_seconds for parent in scenario.parents)
     return _Run(stack, scenario, on_progress, deadline_seconds).run()
 
 
