@@ -13,34 +13,24 @@ size it; CI runs fewer members with longer ids, which still passes the bound.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import time
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-import pytest
-
 from dependency_tracker.limits import DDB_MAX_ITEM_BYTES, item_size, utf8_size
-from dependency_tracker.local import LocalStack
 from dependency_tracker.models.outputs import MAX_JOIN_OUTPUT_BYTES
+from tests.chaos.conftest import chaos_only
 from tests.e2e.conftest import dependency_id, finished
 from tests.e2e.parent_limits import item_for_id_length, upload
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    import pytest
 
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("DEPTRACK_CHAOS"), reason="make chaos (DEPTRACK_CHAOS=1)"
-)
+    from dependency_tracker.local import LocalStack
 
-
-@pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
-    with LocalStack(prefix="deptrack", sink=io.StringIO()) as running:
-        assert running.strict
-        yield running
+pytestmark = chaos_only
 
 
 def test_all_of_join_over_many_members_by_url(

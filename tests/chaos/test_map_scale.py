@@ -9,14 +9,11 @@ wall time, the peak state size and the history events it measured.
 
 from __future__ import annotations
 
-import io
 import os
 from typing import TYPE_CHECKING
 
-import pytest
-
 from dependency_tracker.limits import SFN_MAX_HISTORY_EVENTS, SFN_MAX_PAYLOAD_BYTES
-from dependency_tracker.local import LocalStack
+from tests.chaos.conftest import chaos_only
 from tests.e2e.conftest import dependency_id
 from tests.e2e.parent_limits import (
     MAX_DEPENDENCIES,
@@ -30,17 +27,11 @@ from tests.e2e.parent_limits import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    import pytest
 
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("DEPTRACK_CHAOS"), reason="make chaos (DEPTRACK_CHAOS=1)"
-)
+    from dependency_tracker.local import LocalStack
 
-
-@pytest.fixture(scope="module")
-def stack() -> Iterator[LocalStack]:
-    with LocalStack(prefix="deptrack", sink=io.StringIO()) as running:
-        yield running
+pytestmark = chaos_only
 
 
 # Long enough that ~130 dependencies fill the state, short enough for a DynamoDB key.
