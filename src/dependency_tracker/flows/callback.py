@@ -17,7 +17,6 @@ from botocore.exceptions import ClientError
 
 from dependency_tracker.clients import client
 from dependency_tracker.errors import CallbackDeliveryError
-from dependency_tracker.flows._text import clip
 from dependency_tracker.flows.join_limits import MAX_MEMBER_ERROR_CHARS
 from dependency_tracker.limits import SFN_MAX_CAUSE_CHARS, SFN_MAX_ERROR_CHARS, utf8_size
 from dependency_tracker.models import (
@@ -39,6 +38,7 @@ from dependency_tracker.models.outputs import (
 )
 from dependency_tracker.observability import logger, metrics, redact_token
 from dependency_tracker.stores import DependencyTable, PayloadBucket
+from dependency_tracker.text import clip
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -21,7 +21,7 @@ from dependency_tracker.models import ProcessPayload
 # Key prefix, in the payload bucket, of next-step bodies too large for the queue.
 CHAINED_PREFIX = "chained"
 # A next step's body is sent inline up to the process queue's maximum message size
-# (256 KiB, the template leaves SQS's default) less 16 KiB: SQS counts message
+# (256 KiB, set on the template's queue and the embedded stack's) less 16 KiB: SQS counts message
 # attributes in the size, and a body that is SNS-wrapped on its way back grows by
 # its escaping. Past it the body goes by reference ({"url": "s3://..."}), which the
 # process queue accepts like any message.

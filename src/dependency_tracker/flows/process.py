@@ -26,7 +26,6 @@ from dependency_tracker.errors import (
     TransitionConflictError,
     UnknownWorkflowError,
 )
-from dependency_tracker.flows._text import clip
 from dependency_tracker.flows.cycles import Cycle, CycleGuard
 from dependency_tracker.flows.join_limits import check_join_row
 from dependency_tracker.models import (
@@ -51,6 +50,7 @@ from dependency_tracker.models import (
 from dependency_tracker.observability import logger, metrics, redact_token
 from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
 from dependency_tracker.stores.wait_edges import WaitEdges
+from dependency_tracker.text import clip
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient

@@ -21,7 +21,6 @@ from dependency_tracker.errors import (
     InvalidMessageError,
     TransitionConflictError,
 )
-from dependency_tracker.flows._text import clip
 from dependency_tracker.flows.chaining import (
     MAX_INLINE_CHAIN_BYTES,
     ChainError,
@@ -34,6 +33,7 @@ from dependency_tracker.models import ProcessPayload, Resolution
 from dependency_tracker.observability import logger, metrics
 from dependency_tracker.settings import ENV_PAYLOAD_BUCKET
 from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
+from dependency_tracker.text import clip
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

@@ -285,9 +285,12 @@ class JoinItem(DependencyRow):
         # ``failures`` is a map keyed by member id, and a map key is an attribute
         # name (under 64 KB): the store keys it by failure_key(member); put the
         # members' whole ids back.
+        # Keys that are members already are whole ids: hash only when one is not (it
+        # parses on every member's outcome, so short ids must not pay for long ones).
+        if self.failures.keys() <= set(self.members):
+            return self
         derived = {failure_key(member): member for member in self.members}
-        if any(key in derived and derived[key] != key for key in self.failures):
-            self.failures = {derived.get(key, key): value for key, value in self.failures.items()}
+        self.failures = {derived.get(key, key): value for key, value in self.failures.items()}
         return self
 
     def to_item(self) -> dict[str, Any]:

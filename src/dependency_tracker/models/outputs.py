@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from dependency_tracker.limits import KIB, SFN_MAX_CAUSE_CHARS, utf8_size
 from dependency_tracker.models.enums import DependencyError, PayloadState
+from dependency_tracker.text import TRUNCATED_MARK
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -29,14 +30,13 @@ if TYPE_CHECKING:
 # several joins side by side. About 500 members with typical cirrus ids fit.
 MAX_JOIN_OUTPUT_BYTES = 32 * KIB
 # A single wait's output is at most 8 KiB inline: a stored result is inline up to
-# 4 KiB (flows/results.py) and a long cirrus id (~40 items) takes ~2.5 KiB. A Map
-# parent merges one output per dependency, so this bound must stay small.
+# 4 KiB (flows/results.py) and a long cirrus id (~40 items) takes ~2.5 KiB. A
+# parent that waits on several single waits side by side holds one output each.
 MAX_WAIT_OUTPUT_BYTES = 8 * KIB
 # Key prefix, in the payload bucket, of outputs past their bound.
 CALLBACK_OUTPUTS_PREFIX = "callback-outputs"
 # Free text kept when a reference itself would not fit (pathological ids).
 _MIN_CLIPPED_CHARS = 64
-_CUT = "...[truncated]"
 
 
 class CallbackSuccess(BaseModel):
@@ -210,8 +210,12 @@ def _fit(
             # Keep the share of characters that fits; escapes (\\uXXXX) cost more
             # than one, so measure the field as it is encoded and repeat if needed.
             encoded = measure(json.dumps(value))
-            budget = limit - (measure(text) - encoded) - len(_CUT) - 8
+            budget = limit - (measure(text) - encoded) - len(TRUNCATED_MARK) - 8
             keep = len(value) * budget // encoded
-            fields[name] = value[: keep - len(_CUT)] + _CUT if keep >= _MIN_CLIPPED_CHARS else None
+            fields[name] = (
+                value[: keep - len(TRUNCATED_MARK)] + TRUNCATED_MARK
+                if keep >= _MIN_CLIPPED_CHARS
+                else None
+            )
             text = json.dumps(fields, separators=(",", ":"))
     return text

@@ -23,6 +23,7 @@ from dependency_tracker.models import (
 )
 from dependency_tracker.models.items import failure_key, key_attributes
 from dependency_tracker.stores._dynamodb import put_if_absent, update_if, values
+from dependency_tracker.text import clip
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 # push the row past 400 KB. The parent gets it inside a SendTaskFailure cause
 # (32,768 characters with its JSON envelope), so more than half of that is never read.
 MAX_REFUSAL_CAUSE_CHARS = 16_384
-_TRUNCATED = "...[truncated]"
 
 # Resolving a hot payload's waiters is I/O bound; a few threads keep it fast
 # without bursting past the table's (on-demand) write throughput.
@@ -168,8 +168,7 @@ class DependencyTable:
         when the row had already been resolved.
         """
         now = utcnow()
-        if len(cause) > MAX_REFUSAL_CAUSE_CHARS:
-            cause = cause[: MAX_REFUSAL_CAUSE_CHARS - len(_TRUNCATED)] + _TRUNCATED
+        cause = clip(cause, MAX_REFUSAL_CAUSE_CHARS) or ""
         return (
             update_if(
                 self._client,
