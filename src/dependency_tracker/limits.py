@@ -35,16 +35,11 @@ DDB_MAX_PARTITION_KEY_BYTES = 2048
 DDB_MAX_SORT_KEY_BYTES = 1024
 DDB_MAX_BATCH_WRITE_ITEMS = 25
 DDB_MAX_BATCH_GET_KEYS = 100
-DDB_MAX_TRANSACT_ITEMS = 100
-# One partition absorbs up to 1,000 write units (and 3,000 read units) a second.
-DDB_PARTITION_WRITE_UNITS_PER_SECOND = 1_000
 
-# SQS: "Amazon SQS message quotas": a queue's MaximumMessageSize, 1 KiB to 1 MiB,
-# 256 KiB unless set (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/
-# SQSDeveloperGuide/quotas-messages.html).
+# SQS: "Amazon SQS message quotas": a queue's MaximumMessageSize, 1 KiB to 1 MiB
+# (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/
+# quotas-messages.html). The tracker's queues (template and embedded stack) set 256 KiB.
 SQS_DEFAULT_MAX_MESSAGE_BYTES = 256 * KIB
-SQS_MAX_MESSAGE_BYTES = 1024 * KIB
-SQS_MAX_BATCH_ENTRIES = 10
 
 
 def utf8_size(text: str) -> int:

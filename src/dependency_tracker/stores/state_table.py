@@ -8,6 +8,7 @@ from botocore.exceptions import ClientError
 
 from dependency_tracker.errors import TransitionConflictError
 from dependency_tracker.keys import FULL_ATTRIBUTES, partition_key
+from dependency_tracker.limits import DDB_MAX_BATCH_GET_KEYS
 from dependency_tracker.models import (
     InvalidMessageItem,
     PayloadState,
@@ -22,8 +23,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from mypy_boto3_dynamodb import DynamoDBClient
-
-_BATCH_GET_LIMIT = 100
 
 
 class StateTable:
@@ -49,10 +48,10 @@ class StateTable:
         """Strongly consistent read of many payloads; missing ids are left out."""
         wanted = sorted(set(payload_ids))
         found: dict[str, PayloadStateItem] = {}
-        for start in range(0, len(wanted), _BATCH_GET_LIMIT):
+        for start in range(0, len(wanted), DDB_MAX_BATCH_GET_KEYS):
             request: dict[str, Any] = {
                 self.table_name: {
-                    "Keys": [_key(pid) for pid in wanted[start : start + _BATCH_GET_LIMIT]],
+                    "Keys": [_key(pid) for pid in wanted[start : start + DDB_MAX_BATCH_GET_KEYS]],
                     "ConsistentRead": True,
                 }
             }
