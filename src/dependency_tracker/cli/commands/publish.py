@@ -1,19 +1,28 @@
-"""``dependency-tracker publish``: validate messages and send them to the process queue."""
+"""``dependency-tracker publish``: validate messages and send them to the process queue.
+
+With ``--manifest`` it sends nothing: it builds a join manifest, uploads it to
+the payload bucket and prints its ``s3://`` url.
+"""
 
 # No ``from __future__ import annotations``: Typer reads these annotations at runtime.
 
+import hashlib
 import json
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlparse
 
 import typer
+from pydantic import ValidationError
 
+from dependency_tracker import settings
 from dependency_tracker.cli import render
 from dependency_tracker.cli.options import Json, aws_command, fail
-from dependency_tracker.cli.target import Target
+from dependency_tracker.cli.target import Target, is_loopback
 from dependency_tracker.cli.views import payload_json, payload_table
 from dependency_tracker.errors import InvalidMessageError, UnknownWorkflowError
 from dependency_tracker.models import (
@@ -21,12 +30,20 @@ from dependency_tracker.models import (
     PayloadStateItem,
     ProcessMessage,
     ProcessPayload,
+    WaitMessage,
     read_message,
 )
+from dependency_tracker.stores import manifest_text
+from dependency_tracker.stores.payload_bucket import MAX_PAYLOAD_BYTES
 
 # SQS limits: a message, and a SendMessageBatch request (10 entries).
 MAX_MESSAGE_BYTES = 256 * 1024
 _BATCH_ENTRIES = 10
+# Manifests go to the payload bucket under a name made of their content.
+MANIFEST_PREFIX = "manifests/"
+_MANIFEST_CONTENT_TYPE = "application/x-ndjson"
+# How many duplicate ids the human output names.
+_SHOWN_DUPLICATES = 10
 
 
 @dataclass
@@ -66,14 +83,36 @@ def publish(
     target: Target,
     *,
     sources: Annotated[
-        list[str],
+        list[str] | None,
         typer.Argument(
             metavar="FILE|-...",
             help="JSON files (- for stdin): a payload, {payload, callback}, {url}, a join, "
             "or a JSON array of those.",
             show_default=False,
         ),
-    ],
+    ] = None,
+    manifest: Annotated[
+        Path | None,
+        typer.Option(
+            "--manifest",
+            exists=True,
+            readable=True,
+            help="Instead of sending messages: upload a join manifest built from PATH (a "
+            "directory of *.json payloads or {url} files, or a JSON Lines file) to the "
+            "payload bucket and print its s3:// url.",
+            metavar="PATH",
+            show_default=False,
+        ),
+    ] = None,
+    bucket: Annotated[
+        str | None,
+        typer.Option(
+            "--bucket",
+            envvar=settings.ENV_PAYLOAD_BUCKET,
+            help="With --manifest: the bucket to upload to (default: the stack's payload bucket).",
+            show_default=False,
+        ),
+    ] = None,
     wait: Annotated[
         bool, typer.Option("--wait", help="Show progress until every payload is terminal.")
     ] = False,
@@ -91,7 +130,22 @@ def publish(
 
     Everything is validated before anything is sent; an invalid message exits 3
     with the reason. With --wait, exits 1 unless every payload succeeded.
+    With --manifest PATH, nothing is sent: the manifest is uploaded and its url
+    printed, for a join's payloads_url or wait-for-join's dependencies_url.
     """
+    if manifest is not None:
+        if sources or wait:
+            fail("--manifest takes no FILE arguments and no --wait", 2)
+        _publish_manifest(
+            target,
+            manifest,
+            bucket=bucket,
+            check_workflows=check_workflows,
+            json_output=json_output,
+        )
+        return
+    if not sources:
+        fail("nothing to publish: give FILE|- ... or --manifest PATH", 2)
     publications = [
         _validate(target, source, index, document)
         for source in sources
@@ -150,7 +204,10 @@ def _validate(target: Target, source: str, index: int | None, document: Any) -> 
         return Publication(where, body, "join", message.payloads, join_id=message.join_id)
     if isinstance(message, ProcessMessage):
         return Publication(where, body, "payload", [message.payload])
-    return Publication(where, body, "wait", waits_for=[message.payload_id])
+    if isinstance(message, WaitMessage):
+        return Publication(where, body, "wait", waits_for=[message.payload_id])
+    # The tracker's own messages (a join's registration chunks) are not published by hand.
+    raise InvalidMessageError(f"{where}: the tracker's own message, not one to publish")
 
 
 def _check_workflows(target: Target, publications: list[Publication]) -> None:
@@ -266,3 +323,157 @@ def _show(
         )
     if wait:
         console.print(payload_table(rows, title="results"))
+
+
+# ---------------------------------------------------------------------------- --manifest
+
+
+@dataclass
+class Manifest:
+    """A join manifest's entries, as given, and the id (or url) each stands for."""
+
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)  # payload id, or the url of a reference
+    payloads: list[ProcessPayload] = field(default_factory=list)
+
+    @property
+    def duplicates(self) -> list[str]:
+        """Ids (or urls) given more than once, each once, in order."""
+        return [key for key, count in Counter(self.keys).items() if count > 1]
+
+    @property
+    def distinct(self) -> int:
+        """How many different ids (or urls) the entries name."""
+        return len(set(self.keys))
+
+
+def _publish_manifest(
+    target: Target, path: Path, *, bucket: str | None, check_workflows: bool, json_output: bool
+) -> None:
+    manifest = Manifest()
+    for where, document in _manifest_documents(path):
+        _add_entry(manifest, where, document)
+    if not manifest.entries:
+        raise InvalidMessageError(f"{path}: no entry: a manifest needs at least one")
+    if check_workflows:
+        _check_workflows(target, [Publication(str(path), "", "manifest", manifest.payloads)])
+    data = manifest_text(manifest.entries).encode("utf-8")
+    name = bucket or _payload_bucket(target)
+    key = f"{MANIFEST_PREFIX}{hashlib.sha256(data).hexdigest()}.jsonl"
+    target.client("s3").put_object(
+        Bucket=name, Key=key, Body=data, ContentType=_MANIFEST_CONTENT_TYPE
+    )
+    url = f"s3://{name}/{key}"
+    duplicates = manifest.duplicates
+    if json_output:
+        render.emit_json(
+            {
+                "url": url,
+                "entries": len(manifest.entries),
+                "distinct": manifest.distinct,
+                "bytes": len(data),
+                "duplicates": duplicates,
+            }
+        )
+        return
+    note = render.stderr()
+    note.print(
+        f"manifest: {len(manifest.entries)} entries, {manifest.distinct} distinct, "
+        f"{len(data)} bytes",
+        soft_wrap=True,
+    )
+    if duplicates:
+        shown = ", ".join(duplicates[:_SHOWN_DUPLICATES])
+        more = len(duplicates) - _SHOWN_DUPLICATES
+        if more > 0:
+            shown += f" and {more} more"
+        note.print(
+            f"[yellow]note:[/] {len(duplicates)} id(s) given more than once (a join counts "
+            f"each once): {render.escape_line(shown)}",
+            soft_wrap=True,
+        )
+    typer.echo(url)
+
+
+def _manifest_documents(path: Path) -> list[tuple[str, Any]]:
+    """``(where, document)`` for each entry: a directory's ``*.json`` files, or a file's lines.
+
+    A file whose first non-blank character is ``[`` is read as a JSON array.
+    """
+    if path.is_dir():
+        files = sorted((p for p in path.glob("*.json") if p.is_file()), key=lambda p: p.name)
+        if not files:
+            raise InvalidMessageError(f"{path}: no *.json file in the directory")
+        return [(str(file), _load(_read_text(file), str(file))) for file in files]
+    text = _read_text(path)
+    if text.lstrip().startswith("["):
+        document = _load(text, str(path))
+        return [(f"{path}[{index}]", entry) for index, entry in enumerate(document)]
+    return [
+        (f"{path}:{number}", _load(line, f"{path}:{number}"))
+        # Only \n ends a JSON Lines line (str.splitlines breaks at more).
+        for number, line in enumerate(text.split("\n"), start=1)
+        if line.strip()
+    ]
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8-sig")  # a byte order mark is dropped
+    except UnicodeDecodeError as exc:
+        raise InvalidMessageError(f"{path}: not UTF-8 text") from exc
+
+
+def _load(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidMessageError(f"{where}: not valid JSON: {exc}") from exc
+
+
+def _add_entry(manifest: Manifest, where: str, document: Any) -> None:
+    """Check one entry: a ``{"url": "s3://..."}`` reference as is, or a process payload."""
+    if not isinstance(document, dict):
+        raise InvalidMessageError(
+            f'{where}: expected a JSON object (a payload or {{"url": "s3://bucket/key"}})'
+        )
+    size = len(json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    if size > MAX_PAYLOAD_BYTES:
+        raise InvalidMessageError(
+            f"{where}: {size} bytes, a payload takes at most {MAX_PAYLOAD_BYTES}"
+        )
+    if "url" in document and "process" not in document:  # the rule read_message applies
+        url = document["url"]
+        parsed = urlparse(url) if isinstance(url, str) else None
+        if parsed is None or parsed.scheme != "s3" or not parsed.netloc or not parsed.path[1:]:
+            raise InvalidMessageError(f"{where}: url must be an s3://bucket/key url, got {url!r}")
+        manifest.entries.append(document)
+        manifest.keys.append(url)
+        return
+    try:
+        payload = ProcessPayload.model_validate(document)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        reason = "; ".join(
+            ".".join(["payload", *(str(part) for part in error["loc"])]) + f": {error['msg']}"
+            for error in errors
+        )
+        raise InvalidMessageError(f"{where}: {reason}") from exc
+    manifest.entries.append(document)
+    manifest.keys.append(payload.id)
+    manifest.payloads.append(payload)
+
+
+def _payload_bucket(target: Target) -> str:
+    """The stack's payload bucket: its output, else the naming rule.
+
+    The template names it ``{prefix}-payloads-{account}-{region}``; ``serve``
+    (a loopback endpoint) ``{prefix}-payloads-{account}``.
+    """
+    if target.names.payload_bucket:
+        return target.names.payload_bucket
+    account = str(target.client("sts").get_caller_identity()["Account"])
+    name = f"{target.prefix}-payloads-{account}"
+    if is_loopback(target.options.endpoint_url):
+        return name
+    return f"{name}-{target.session.region_name}"
