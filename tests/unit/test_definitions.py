@@ -14,6 +14,9 @@ from dependency_tracker.limits import SFN_MAX_HISTORY_EVENTS, SFN_MAX_PAYLOAD_BY
 from dependency_tracker.models import DependencyError
 from tests.e2e.parent_limits import MAX_DEPENDENCIES, moto_size, state_after_map
 
+# Count rows per join (dependency_tracker.models.JOIN_COUNT_SHARDS): the ASL reads each.
+JOIN_COUNT_SHARDS = 4
+
 # Payload ids up to this many bytes fit MAX_DEPENDENCIES times in the Map parent's state.
 ID_BOUND = 135
 
@@ -162,21 +165,48 @@ def test_join_timeout_always_ends_in_dependency_timed_out() -> None:
     # no path may need $.Item: a join not registered yet has no row (States.Runtime otherwise)
     assert "ResultSelector" not in read
     assert states["RowExists"]["Choices"] == [
-        {"Variable": "$.read.Item", "IsPresent": True, "Next": "CountOutcomes"}
+        {"Variable": "$.read.Item", "IsPresent": True, "Next": "FillRowDefaults"}
     ]
     # the cause counts outcomes and names the row: no member list, whatever its ids' length
     projected = {name.strip() for name in read["Parameters"]["ProjectionExpression"].split(",")}
-    assert "members" not in projected
+    assert projected == {"join_id", "#quorum", "#total", "registered"}
     assert set(states["SummarizeRow"]["Parameters"]["counts"]) == {"succeeded.$", "failed.$"}
+    # the counts are read from the count shards, each a read that may find no row
+    shards = states["ReadCounts"]
+    assert states["FillRowDefaults"]["Parameters"]["shards.$"] == (
+        f"States.ArrayRange(0, {JOIN_COUNT_SHARDS - 1}, 1)"
+    )
+    shard_read = shards["ItemProcessor"]["States"]["ReadShard"]
+    assert shard_read["Parameters"]["ConsistentRead"] is True
+    assert "$.Item" not in json.dumps(shard_read["ResultSelector"])
+    for index in range(JOIN_COUNT_SHARDS):
+        for outcome in ("succeeded", "failed"):
+            summed = states["SummarizeRow"]["Parameters"]["counts"][f"{outcome}.$"]
+            assert f"States.ArrayGetItem($.read.counts.{outcome}, {index})" in summed
     # throttling is retried; anything else (size included: States.ALL does not match
     # States.DataLimitExceeded) is caught
-    (retry,) = read["Retry"]
-    assert "DynamoDB.ProvisionedThroughputExceededException" in retry["ErrorEquals"]
-    caught = {error for catcher in read["Catch"] for error in catcher["ErrorEquals"]}
-    assert {"States.ALL", "States.DataLimitExceeded"} <= caught
+    for state, reader in ((read, read), (shards, shard_read)):
+        (retry,) = reader["Retry"]
+        assert "DynamoDB.ProvisionedThroughputExceededException" in retry["ErrorEquals"]
+        caught = {error for catcher in state["Catch"] for error in catcher["ErrorEquals"]}
+        assert {"States.ALL", "States.DataLimitExceeded"} <= caught
+        assert {catcher["Next"] for catcher in state["Catch"]} == {"SummaryUnreadable"}
     assert ends_reachable_from(states, "ReadSummary") == {"DependencyTimedOut"}
-    # and the callback timeout leads there
-    (timeout,) = [
-        c for c in states["PublishAndWait"]["Catch"] if "States.Timeout" in c["ErrorEquals"]
-    ]
-    assert timeout["Next"] == "ReadSummary"
+    # and the callback timeout of either publishing state leads there
+    for publish in ("PublishAndWait", "PublishManifestAndWait"):
+        (timeout,) = [c for c in states[publish]["Catch"] if "States.Timeout" in c["ErrorEquals"]]
+        assert timeout["Next"] == "ReadSummary"
+
+
+def test_join_takes_a_list_or_a_manifest_url() -> None:
+    states = rendered("wait-for-join")["States"]
+    with_list, with_manifest = states["PublishAndWait"], states["PublishManifestAndWait"]
+    # the same message but for the payloads (list) or payloads_url (manifest) field
+    body = with_manifest["Parameters"]["MessageBody"]
+    assert body.pop("payloads_url.$") == "$.dependencies_url"
+    assert with_list["Parameters"]["MessageBody"].pop("payloads.$") == "$.dependencies"
+    assert with_list == with_manifest
+    # neither or both: InvalidJoin before anything is sent
+    refusals = [states[choice["Next"]] for choice in states["OneDependencySource"]["Choices"]]
+    assert [(state["Type"], state["Error"]) for state in refusals] == [("Fail", "InvalidJoin")] * 2
+    assert states["OneDependencySource"]["Default"] == "NameTheJoin"
