@@ -19,6 +19,7 @@ ENV_PAYLOAD_BUCKET = "DEPTRACK_PAYLOAD_BUCKET"
 ENV_CLAIM_LEASE_SECONDS = "DEPTRACK_CLAIM_LEASE_SECONDS"
 ENV_PROCESS_QUEUE_URL = "DEPTRACK_PROCESS_QUEUE_URL"
 ENV_CYCLE_DEPTH = "DEPTRACK_CYCLE_DEPTH"
+ENV_JOIN_CHUNK_SIZE = "DEPTRACK_JOIN_CHUNK_SIZE"
 ENV_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
 ENV_SERVICE_NAME = "POWERTOOLS_SERVICE_NAME"
 
@@ -26,6 +27,9 @@ DEFAULT_PREFIX = "deptrack"
 DEFAULT_METRICS_NAMESPACE = "DependencyTracker"
 DEFAULT_SERVICE_NAME = "dependency-tracker"
 DEFAULT_CYCLE_DEPTH = 10
+# Members a join registers per invocation: one BatchGetItem of their states (100
+# keys at most) and, at worst, 100 starts, well inside a 60-second Lambda.
+DEFAULT_JOIN_CHUNK_SIZE = 100
 
 
 class Settings(BaseModel, frozen=True):
@@ -44,6 +48,8 @@ class Settings(BaseModel, frozen=True):
             longer running may be taken over; set it above the workflows' longest run.
         cycle_depth: Longest wait cycle refused with ``DependencyCycle``, counted in
             payloads (A waits on B waits on A is 2); 0 turns the check off.
+        join_chunk_size: Members of a join registered (and started) per
+            invocation; the rest continue through the process queue.
     """
 
     state_table: str
@@ -55,6 +61,7 @@ class Settings(BaseModel, frozen=True):
     claim_lease_seconds: int = Field(default=86_400, ge=1)
     process_queue_url: str | None = None
     cycle_depth: int = Field(default=DEFAULT_CYCLE_DEPTH, ge=0)
+    join_chunk_size: int = Field(default=DEFAULT_JOIN_CHUNK_SIZE, ge=1, le=100)
 
     @classmethod
     def from_env(cls, **overrides: object) -> Self:
@@ -74,6 +81,7 @@ class Settings(BaseModel, frozen=True):
         for variable, field in (
             (ENV_WAITER_RETENTION_DAYS, "waiter_retention_days"),
             (ENV_CLAIM_LEASE_SECONDS, "claim_lease_seconds"),
+            (ENV_JOIN_CHUNK_SIZE, "join_chunk_size"),
         ):
             number = os.getenv(variable)
             if number:

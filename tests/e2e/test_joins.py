@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.models import PayloadState
+from dependency_tracker.models import PayloadState, membership_id_for
+from dependency_tracker.stores.joins import JoinStore
 from tests.conftest import wait_until
 from tests.e2e.conftest import dependency, dependency_id, finished, state_of, waiters
 
@@ -50,15 +51,18 @@ def test_quorum_exits_early_while_a_member_still_runs(stack: LocalStack) -> None
     # AND its later result is recorded on the join without firing it again
     join_id = summary["join_id"]
     dependencies = waiters(stack)
+    joins = JoinStore(dependencies.client, dependencies.table_name)
 
     def recorded() -> bool:
-        row = dependencies.get_join(join_id)
-        return row is not None and dependency_id("jq-slow") in row.succeeded
+        return joins.read(join_id)[1:] == (3, 0)
 
     wait_until(recorded, timeout=30)
     row = dependencies.get_join(join_id)
     assert row is not None
     assert row.notify_outcome == "SENT:SUCCEEDED"
+    membership = dependencies.get_row(dependency_id("jq-slow"), membership_id_for(join_id))
+    assert membership is not None
+    assert membership.notify_outcome == "COUNTED:SUCCEEDED"
 
 
 def test_quorum_unreachable_fails_early(stack: LocalStack) -> None:
@@ -101,12 +105,15 @@ def test_timeout_then_the_summary_says_who_finished(stack: LocalStack) -> None:
     cause = json.loads(described["cause"])
     assert cause["total"] == 2
     assert cause["counts"] == {"succeeded": 1, "failed": 0}
-    # the row it names says who: the fast member succeeded, the slow one is pending
-    key = {name: {"S": value} for name, value in cause["row"].items()}
-    row = stack.client("dynamodb").get_item(
-        TableName=stack.outputs["DependencyTableName"], Key=key, ConsistentRead=True
-    )["Item"]
-    assert row["succeeded"] == {"SS": [dependency_id("jt-fast")]}
+    # the row it names is the join's; each membership row says how its member ended
+    assert cause["row"] == {"payload_id": f"join#{cause['join_id']}", "waiter_id": "join"}
+    members, _ = JoinStore(stack.client("dynamodb"), stack.outputs["DependencyTableName"]).members(
+        cause["join_id"]
+    )
+    assert [(m.payload_id, m.state) for m in members] == [
+        (dependency_id("jt-fast"), PayloadState.SUCCEEDED),
+        (dependency_id("jt-slow"), None),
+    ]
 
 
 def test_map_pattern_history_grows_with_n_and_the_join_does_not(stack: LocalStack) -> None:

@@ -201,13 +201,11 @@ class WaitGraph:
     def _add_join(self, row: JoinItem) -> None:
         join = self._join(row.join_id)
         join.state = row.workflow_state.value
-        join.label = f"join {row.join_id}: {len(row.succeeded)} of {row.quorum} needed"
-        join.detail.update(
-            quorum=row.quorum,
-            total=row.total,
-            succeeded=len(row.succeeded),
-            failed=len(row.failed),
-        )
+        # The row holds no member lists (counts live in its shards): k of n is what it says.
+        needed = "all" if row.quorum is None else row.quorum
+        members = row.known_total if row.known_total is not None else f"{row.registered}+"
+        join.label = f"join {row.join_id}: {needed} of {members} needed"
+        join.detail.update(quorum=row.quorum, total=row.known_total, registered=row.registered)
         self._token_wait(row, join)
 
     def _add_membership(self, row: MembershipItem, join_row: JoinItem | None) -> None:

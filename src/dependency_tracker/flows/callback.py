@@ -17,14 +17,14 @@ from botocore.exceptions import ClientError
 
 from dependency_tracker.clients import client
 from dependency_tracker.errors import CallbackDeliveryError
-from dependency_tracker.flows.join_limits import MAX_MEMBER_ERROR_CHARS
+from dependency_tracker.flows.joins.counting import JoinCounting
+from dependency_tracker.flows.joins.summary import invalid_join_cause, read_summary
 from dependency_tracker.limits import SFN_MAX_CAUSE_CHARS, SFN_MAX_ERROR_CHARS, utf8_size
 from dependency_tracker.models import (
     CallbackFailure,
     CallbackSuccess,
     DependencyError,
     JoinItem,
-    JoinSummary,
     MembershipItem,
     PayloadState,
     Resolution,
@@ -38,7 +38,7 @@ from dependency_tracker.models.outputs import (
 )
 from dependency_tracker.observability import logger, metrics, redact_token
 from dependency_tracker.stores import DependencyTable, PayloadBucket
-from dependency_tracker.text import clip
+from dependency_tracker.stores.joins import JoinStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -82,6 +82,12 @@ class CallbackFlow:
         self.dependencies = dependencies
         self._sfn = sfn
         self._bucket = bucket
+        self.joins = JoinStore(dependencies.client, dependencies.table_name)
+        self.counting = JoinCounting(
+            joins=self.joins,
+            dependencies=dependencies,
+            retention_days=settings.waiter_retention_days,
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
@@ -144,30 +150,13 @@ class CallbackFlow:
     def _record_membership(self, image: MembershipItem) -> CallbackAction:
         if image.resolution is None:
             return CallbackAction.NOT_READY
-        found = self._current(image)
-        if found is None:
+        current = self.dependencies.get_row(image.payload_id, image.waiter_id)
+        if not isinstance(current, MembershipItem) or current.resolution is None:
             return CallbackAction.ALREADY_NOTIFIED
-        current, resolution = found
-        if not isinstance(current, MembershipItem):
+        # Counted rows are checked too: the delivery that counted may have died
+        # before deciding the join, and counting again is refused by the store.
+        if not self.counting.record(current, current.resolution):
             return CallbackAction.ALREADY_NOTIFIED
-        # Bounded so the join row's worst case is known before the join is accepted
-        # (flows/join_limits.py); an Express status report may carry any error.
-        error = clip(resolution.error, MAX_MEMBER_ERROR_CHARS)
-        recorded = resolution.model_copy(update={"error": error})
-        join = self.dependencies.record_member(current.join_id, current.payload_id, recorded)
-        if join is None:
-            logger.warning("membership of a join that does not exist")
-        elif join.workflow_state is PayloadState.PROCESSING and (decided := join.decision()):
-            state, error = decided
-            first_success = join.quorum == 1 and state is PayloadState.SUCCEEDED
-            if self.dependencies.decide_join(
-                join.join_id,
-                state,
-                error=error,
-                winner=current.payload_id if first_success else None,
-            ):
-                logger.info("join decided", extra={"state": state.value, "error": error})
-        self._mark(current, f"RECORDED:{resolution.state.value}")
         return CallbackAction.RECORDED
 
     def _mark(self, row: Row, outcome: str) -> None:
@@ -214,7 +203,7 @@ class CallbackFlow:
         at most :data:`MAX_JOIN_OUTPUT_BYTES`, which fits both limits. Past it the
         full summary is written to the payload bucket first.
         """
-        summary = JoinSummary.of(join)
+        summary = read_summary(self.joins, join)
         return self._bounded(
             summary.to_json(),
             key=_output_key("join", join.payload_id, join.waiter_id),
@@ -223,10 +212,15 @@ class CallbackFlow:
         )
 
     def _send_join(self, join: JoinItem) -> tuple[CallbackAction, str]:
+        error = DependencyError(join.error) if join.error else DependencyError.QUORUM_UNREACHABLE
+        if error is DependencyError.INVALID_JOIN:
+            # Decided while registering (a bad manifest chunk, a quorum over n): the
+            # reason is the news, not the members.
+            cause = invalid_join_cause(join)
+            return self._send(join.task_token, join.workflow_state, error=error, cause=cause)
         text = self.join_output(join)
         if join.workflow_state is PayloadState.SUCCEEDED:
             return self._send(join.task_token, join.workflow_state, output=text)
-        error = DependencyError(join.error) if join.error else DependencyError.QUORUM_UNREACHABLE
         return self._send(join.task_token, join.workflow_state, error=error, cause=text)
 
     def _bounded(

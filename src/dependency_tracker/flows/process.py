@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections import Counter
 from datetime import timedelta
 from enum import StrEnum, unique
 from typing import TYPE_CHECKING, Self
@@ -27,14 +26,12 @@ from dependency_tracker.errors import (
     UnknownWorkflowError,
 )
 from dependency_tracker.flows.cycles import Cycle, CycleGuard
-from dependency_tracker.flows.join_limits import check_join_row
+from dependency_tracker.flows.joins.registration import JoinRegistration
 from dependency_tracker.models import (
-    JOIN_ROW_KEY,
     DependencyError,
     InvalidMessageItem,
-    JoinItem,
+    JoinChunkMessage,
     JoinMessage,
-    MembershipItem,
     PayloadState,
     ProcessMessage,
     ProcessPayload,
@@ -42,17 +39,19 @@ from dependency_tracker.models import (
     WaiterItem,
     WaitMessage,
     join_partition_for,
-    membership_id_for,
     read_message,
     utcnow,
     waiter_id_for,
 )
 from dependency_tracker.observability import logger, metrics, redact_token
 from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
+from dependency_tracker.stores.joins import JoinStore
+from dependency_tracker.stores.manifest import ManifestReader
 from dependency_tracker.stores.wait_edges import WaitEdges
 from dependency_tracker.text import clip
 
 if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
     from mypy_boto3_stepfunctions import SFNClient
 
     from dependency_tracker.models import PayloadStateItem
@@ -106,6 +105,8 @@ class ProcessFlow:
         sfn: SFNClient,
         bucket: PayloadBucket,
         cycles: CycleGuard | None = None,
+        sqs: SQSClient | None = None,
+        manifests: ManifestReader | None = None,
     ) -> None:
         self.settings = settings
         self.states = states
@@ -121,6 +122,18 @@ class ProcessFlow:
             ),
             max_length=settings.cycle_depth,
         )
+        self.joins = JoinRegistration(
+            joins=JoinStore(dependencies.client, dependencies.table_name),
+            dependencies=dependencies,
+            states=states,
+            bucket=bucket,
+            manifests=manifests or ManifestReader(bucket.client),
+            cycles=self.cycles,
+            starter=self,
+            chunk_size=settings.join_chunk_size,
+            sqs=sqs,
+            queue_url=settings.process_queue_url,
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
@@ -132,11 +145,12 @@ class ProcessFlow:
             dependencies=DependencyTable(dynamodb, settings.dependency_table),
             sfn=client("stepfunctions"),
             bucket=PayloadBucket(client("s3"), settings.payload_bucket),
+            sqs=client("sqs"),
         )
 
     def parse(
         self, body: str, *, message_id: str | None = None
-    ) -> ProcessMessage | JoinMessage | WaitMessage:
+    ) -> ProcessMessage | JoinMessage | JoinChunkMessage | WaitMessage:
         """Turn a queue body into a message, reading S3 pointers.
 
         Raises:
@@ -144,7 +158,9 @@ class ProcessFlow:
         """
         return read_message(body, message_id=message_id, load_url=self._bucket.read_url)
 
-    def handle(self, message: ProcessMessage | JoinMessage | WaitMessage) -> ProcessAction:
+    def handle(
+        self, message: ProcessMessage | JoinMessage | JoinChunkMessage | WaitMessage
+    ) -> ProcessAction:
         """Register who waits, then make sure each payload runs once.
 
         Raises:
@@ -154,19 +170,37 @@ class ProcessFlow:
                 it may be deployed later; the claim stays for the next try).
             TransitionConflictError: The item kept changing under us (retryable).
         """
-        if isinstance(message, JoinMessage):
-            for payload in message.payloads:
-                self._check_startable(payload, message.join.task_token)
-            return self._handle_join(message)
+        if isinstance(message, JoinMessage | JoinChunkMessage):
+            return self._join(message)
         if isinstance(message, ProcessMessage):
             token = message.callback.task_token if message.callback else None
-            self._check_startable(message.payload, token)
+            self.check_startable(message.payload, token)
         waiter_id = self._register(message)
         if waiter_id is not None and self._refuse_cycle(message, waiter_id):
             return ProcessAction.REFUSED
         if isinstance(message, WaitMessage):
             return self._wait_only(message.payload_id, waiter_id)
         return self._settle(message.payload, message.message_id, waiter_id)
+
+    def _join(self, message: JoinMessage | JoinChunkMessage) -> ProcessAction:
+        """Create a join or carry on registering it (flows/joins/registration.py)."""
+        if isinstance(message, JoinMessage):
+            registered = self.joins.start(message)
+        else:
+            registered = self.joins.resume(message)
+        action = ProcessAction.JOINED if registered else ProcessAction.REFUSED
+        self._count(action, join_partition_for(message.join_id))
+        return action
+
+    def settle_member(
+        self,
+        payload: ProcessPayload,
+        message_id: str | None,
+        row_id: str,
+        seen: PayloadStateItem | None,
+    ) -> str:
+        """Start, replay or leave one join member whose membership row is written."""
+        return self._settle(payload, message_id, row_id, seen).value
 
     def _wait_only(self, payload_id: str, waiter_id: str | None) -> ProcessAction:
         """Resolve a wait-only waiter if its payload already ended; never start it."""
@@ -263,19 +297,6 @@ class ProcessFlow:
             return True
         return False
 
-    def _refuse_join(self, join_id: str, cycle: Cycle) -> bool:
-        """Decide a join ``DependencyCycle``; False if it was already decided otherwise."""
-        if self.dependencies.decide_join(
-            join_id, PayloadState.FAILED, error=DependencyError.CYCLE, cycle=list(cycle.path)
-        ):
-            self._refused(join_id, cycle)
-            return True
-        existing = self.dependencies.get_join(join_id)
-        if existing is not None and existing.error == DependencyError.CYCLE:
-            self._count(ProcessAction.REFUSED, join_id)  # a redelivery
-            return True
-        return False
-
     def _refused(self, subject: str, cycle: Cycle) -> None:
         logger.warning("wait refused: dependency cycle", extra={"cycle": cycle.describe()})
         metrics.add_metric(name="DependencyCycles", unit=MetricUnit.Count, value=1)
@@ -355,70 +376,6 @@ class ProcessFlow:
             self.dependencies.resolve(payload.id, row_id, Resolution.of(seen, replayed=True))
         return ProcessAction.REPLAYED
 
-    def _handle_join(self, message: JoinMessage) -> ProcessAction:
-        join, join_id, now = message.join, message.join_id, utcnow()
-        logger.append_keys(join_id=join_id, token_hash=redact_token(join.task_token))
-        row = JoinItem(
-            payload_id=join_partition_for(join_id),
-            waiter_id=JOIN_ROW_KEY,
-            join_id=join_id,
-            task_token=join.task_token,
-            quorum=message.quorum,
-            total=message.total,
-            members=[payload.id for payload in message.payloads],
-            duplicates=message.duplicates,
-            parent_execution=join.parent_execution,
-            waiter_payload_id=join.waiter_payload_id,
-            created_at=now,
-            updated_at=now,
-        )
-        # Before anything is written: a row that could outgrow 400 KB is refused now,
-        # not when a late member's update fails and leaves the join undecided.
-        check_join_row(row)
-        if not self.dependencies.register(row):
-            existing = self.dependencies.get_join(join_id)
-            if existing is not None and existing.task_token != join.task_token:
-                raise InvalidMessageError(
-                    f"join_id {join_id!r} is already used by another task token",
-                    task_token=join.task_token,
-                    error_name=DependencyError.INVALID_JOIN,
-                )
-            # A redelivery: carry on, every step below is idempotent.
-        membership_id = membership_id_for(join_id)
-        if join.waiter_payload_id is not None:
-            members = [payload.id for payload in message.payloads]
-            cycle = self.cycles.admit(join.waiter_payload_id, members, via=membership_id)
-            # Checked before any membership is written, so a refused join starts no
-            # member. (A redelivery of a join let through before can still be refused
-            # if a cycle formed since; its members may already run. One already
-            # decided otherwise stays as it is.)
-            if cycle is not None and self._refuse_join(join_id, cycle):
-                return ProcessAction.REFUSED
-        if message.duplicates:
-            logger.warning("duplicate payloads in join", extra={"duplicates": message.duplicates})
-        for payload in message.payloads:
-            self.dependencies.register(
-                MembershipItem(
-                    payload_id=payload.id,
-                    waiter_id=membership_id,
-                    join_id=join_id,
-                    created_at=now,
-                    updated_at=now,
-                )
-            )
-        # Every membership row is written before any state is read (ordering rule).
-        seen = self.states.batch_get(payload.id for payload in message.payloads)
-        actions = Counter(
-            self._settle(payload, message.message_id, membership_id, seen.get(payload.id)).value
-            for payload in message.payloads
-        )
-        logger.info(
-            "join registered",
-            extra={"quorum": message.quorum, "total": message.total, "actions": dict(actions)},
-        )
-        metrics.add_metric(name=ProcessAction.JOINED.metric_name, unit=MetricUnit.Count, value=1)
-        return ProcessAction.JOINED
-
     def _lease_expired(self, seen: PayloadStateItem) -> bool:
         if seen.state.is_terminal or seen.claimed_at is None:
             return False
@@ -452,7 +409,7 @@ class ProcessFlow:
             return False
         return seen.state.reruns or payload.replace
 
-    def _check_startable(self, payload: ProcessPayload, task_token: str | None) -> None:
+    def check_startable(self, payload: ProcessPayload, task_token: str | None) -> None:
         """Refuse, before anything is written, a payload no execution could take."""
         if self._bucket.writable:
             return

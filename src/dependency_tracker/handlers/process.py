@@ -14,7 +14,7 @@ from aws_lambda_powertools.utilities.batch import (
 
 from dependency_tracker.errors import InvalidMessageError, UnknownWorkflowError
 from dependency_tracker.flows.process import ProcessFlow
-from dependency_tracker.models import JoinMessage, join_partition_for
+from dependency_tracker.models import JoinChunkMessage, JoinMessage, join_partition_for
 from dependency_tracker.observability import logger, metrics
 from dependency_tracker.settings import get_settings
 
@@ -40,7 +40,7 @@ def record_handler(record: SQSRecord) -> None:
             message = flow.parse(record.body, message_id=record.message_id)
             logger.set_correlation_id(
                 join_partition_for(message.join_id)
-                if isinstance(message, JoinMessage)
+                if isinstance(message, JoinMessage | JoinChunkMessage)
                 else message.payload_id
             )
             flow.handle(message)
@@ -52,6 +52,10 @@ def record_handler(record: SQSRecord) -> None:
             flow.record_invalid(exc, body=record.body, message_id=record.message_id)
         except UnknownWorkflowError as exc:
             logger.error("unknown workflow", extra={"reason": str(exc)})
+            raise
+        except Exception:
+            # Retried by SQS (then the DLQ); say why, or the DLQ alone tells nothing.
+            logger.exception("message failed: it will be retried")
             raise
 
 

@@ -236,94 +236,15 @@ def join_partition_for(join_id: str) -> str:
 
 
 class MembershipItem(DependencyRow):
-    """A join waiting on one of its member payloads (resolved like any waiter)."""
+    """A join waiting on one of its member payloads (resolved like any waiter).
 
-    join_id: str
-
-
-def failure_key(member: str) -> str:
-    """Key of a member in a join's ``failures`` map: its id, derived past 2,048 bytes."""
-    return partition_key(member)
-
-
-class MemberFailure(BaseModel):
-    """How a member of a join failed."""
-
-    state: PayloadState
-    error: str | None = None
-
-
-class JoinItem(DependencyRow):
-    """One task token waiting on k of n payloads.
-
-    Member outcomes arrive as idempotent set ``ADD``s to ``succeeded`` and
-    ``failed``; the row turns terminal once (conditionally) when the quorum is
-    reached or can no longer be reached, and the callback sends the summary.
+    ``chunk`` is the registration chunk that wrote it: a later chunk naming the
+    same member finds the row and knows the member is a duplicate, while a
+    redelivery of the same chunk knows the row is its own.
     """
 
     join_id: str
-    task_token: str
-    quorum: int
-    total: int
-    members: list[str]
-    succeeded: list[str] = Field(default_factory=list)
-    failed: list[str] = Field(default_factory=list)
-    failures: dict[str, MemberFailure] = Field(default_factory=dict)
-    duplicates: list[str] = Field(default_factory=list)
-    winner: str | None = None
-    parent_execution: str | None = None
-    waiter_payload_id: str | None = None
-    cycle: list[str] | None = None  # set when the join was refused with DependencyCycle
-
-    @field_validator("succeeded", "failed", mode="before")
-    @classmethod
-    def _sorted_set(cls, value: object) -> object:
-        return sorted(value) if isinstance(value, set | frozenset) else value
-
-    @model_validator(mode="after")
-    def _whole_failure_ids(self) -> Self:
-        # ``failures`` is a map keyed by member id, and a map key is an attribute
-        # name (under 64 KB): the store keys it by failure_key(member); put the
-        # members' whole ids back.
-        # Keys that are members already are whole ids: hash only when one is not (it
-        # parses on every member's outcome, so short ids must not pay for long ones).
-        if self.failures.keys() <= set(self.members):
-            return self
-        derived = {failure_key(member): member for member in self.members}
-        self.failures = {derived.get(key, key): value for key, value in self.failures.items()}
-        return self
-
-    def to_item(self) -> dict[str, Any]:
-        """Attribute-value map; the outcome sets are string sets (``ADD``-able).
-
-        ``failures`` is keyed by :func:`failure_key`, as the store's ``ADD`` writes it.
-        """
-        item = super().to_item()
-        for name in ("succeeded", "failed"):
-            item.pop(name, None)
-            values = getattr(self, name)
-            if values:
-                item[name] = {"SS": sorted(values)}
-        if "failures" in item:
-            item["failures"] = {"M": {failure_key(k): v for k, v in item["failures"]["M"].items()}}
-        return item
-
-    def decision(self) -> tuple[PayloadState, DependencyError | None] | None:
-        """Whether the join is decided, and how.
-
-        ``(SUCCEEDED, None)`` once k succeeded, ``(FAILED, QuorumUnreachable)``
-        once more than n - k failed, else None.
-        """
-        if len(self.succeeded) >= self.quorum:
-            return PayloadState.SUCCEEDED, None
-        if len(self.failed) > self.total - self.quorum:
-            return PayloadState.FAILED, DependencyError.QUORUM_UNREACHABLE
-        return None
-
-    def pending(self) -> list[str]:
-        """Members with no outcome yet, in member order."""
-        done = set(self.succeeded) | set(self.failed)
-        return [member for member in self.members if member not in done]
+    chunk: int | None = None
 
 
 EDGE_PARTITION_PREFIX = "waits#"
@@ -369,22 +290,3 @@ def is_edge_item(item: dict[str, Any]) -> bool:
     key = item.get("payload_id")
     text = key.get("S") if isinstance(key, dict) else key
     return isinstance(text, str) and text.startswith(EDGE_PARTITION_PREFIX)
-
-
-Row = WaiterItem | MembershipItem | JoinItem
-
-
-def row_from_plain(plain: dict[str, Any]) -> Row:
-    """The typed row for a deserialized dependency-table item (or stream image)."""
-    plain = restore_keys(plain)
-    waiter_id = str(plain.get("waiter_id", ""))
-    if waiter_id == JOIN_ROW_KEY:
-        return JoinItem.from_plain(plain)
-    if waiter_id.startswith(MEMBERSHIP_KEY_PREFIX):
-        return MembershipItem.from_plain(plain)
-    return WaiterItem.from_plain(plain)
-
-
-def row_from_item(item: dict[str, Any]) -> Row:
-    """The typed row for an attribute-value map."""
-    return row_from_plain({key: _DESERIALIZER.deserialize(value) for key, value in item.items()})

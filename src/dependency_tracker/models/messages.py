@@ -112,10 +112,18 @@ class JoinSpec(BaseModel):
 
 
 class JoinMessage(BaseModel):
-    """A join: ``{"join": {...}, "payloads": [payload or {"url": ...}, ...]}``."""
+    """A join: ``{"join": {...}, "payloads": [...]}`` or ``{"join": {...}, "payloads_url": ...}``.
+
+    Members are kept as sent (``entries``: payloads or ``{"url": ...}``
+    references) and read chunk by chunk when the join is registered, so a
+    message never makes one invocation read every referenced payload. Payloads
+    given inline are checked here; references and manifests when they are read.
+    """
 
     join: JoinSpec
-    payloads: list[ProcessPayload] = Field(min_length=1)
+    entries: list[dict[str, Any]] = Field(default_factory=list)
+    payloads_url: str | None = None
+    payloads: list[ProcessPayload] = Field(default_factory=list)  # inline ones, distinct
     duplicates: list[str] = Field(default_factory=list)
     message_id: str | None = None
 
@@ -125,14 +133,16 @@ class JoinMessage(BaseModel):
         return self.join.join_id or token_hash(self.join.task_token)
 
     @property
-    def total(self) -> int:
-        """n: distinct member payloads."""
+    def total(self) -> int | None:
+        """n, when this message alone tells it: inline payloads and no reference."""
+        if self.payloads_url is not None or any(_is_reference(e) for e in self.entries):
+            return None
         return len(self.payloads)
 
     @property
-    def quorum(self) -> int:
-        """k: members that must succeed (all when not given)."""
-        return self.total if self.join.quorum is None else self.join.quorum
+    def quorum(self) -> int | None:
+        """K as given; None means every member."""
+        return self.join.quorum
 
     @classmethod
     def from_document(
@@ -152,40 +162,133 @@ class JoinMessage(BaseModel):
             spec = JoinSpec.model_validate(raw_join)
         except ValidationError as exc:
             raise invalid(_describe(exc, "join")) from exc
-        raw_payloads = document.get("payloads")
+        if spec.quorum is not None and spec.quorum < 1:
+            raise invalid(f"quorum must be at least 1, got {spec.quorum}")
+        raw_payloads, url = document.get("payloads"), document.get("payloads_url")
+        if url is not None:
+            if raw_payloads is not None:
+                raise invalid("a join takes 'payloads' or 'payloads_url', not both")
+            if not isinstance(url, str) or not url.startswith("s3://"):
+                raise invalid(f"payloads_url must be an s3:// url, got {url!r}")
+            return cls(join=spec, payloads_url=url, message_id=message_id)
         if not isinstance(raw_payloads, list) or not raw_payloads:
-            raise invalid("a join needs a non-empty 'payloads' list")
-        payloads: list[ProcessPayload] = []
-        duplicates: list[str] = []
-        seen: set[str] = set()
-        for index, raw in enumerate(raw_payloads):
-            where = f"payloads[{index}]"
-            if not isinstance(raw, dict):
-                raise invalid(f"{where}: expected a JSON object")
-            try:
-                fields = _dereference(raw, load_url, token)
-                payload = _payload(fields, where, token)
-            except InvalidMessageError as exc:
-                if exc.retryable:
-                    raise
-                raise invalid(exc.reason) from exc
-            if payload.id in seen:
-                duplicates.append(payload.id)
-                continue
-            seen.add(payload.id)
-            payloads.append(payload)
-        message = cls(join=spec, payloads=payloads, duplicates=duplicates, message_id=message_id)
-        if not 1 <= message.quorum <= message.total:
+            raise invalid("a join needs a non-empty 'payloads' list or a 'payloads_url'")
+        payloads, duplicates = _inline_payloads(raw_payloads, token, invalid)
+        message = cls(
+            join=spec,
+            entries=raw_payloads,
+            payloads=payloads,
+            duplicates=duplicates,
+            message_id=message_id,
+        )
+        total = message.total
+        if total is not None and spec.quorum is not None and spec.quorum > total:
             raise invalid(
-                f"quorum must be between 1 and the {message.total} distinct payloads, "
-                f"got {message.quorum}"
+                f"quorum must be between 1 and the {total} distinct payloads, got {spec.quorum}"
+            )
+        if spec.quorum is not None and spec.quorum > len(raw_payloads):
+            raise invalid(
+                f"quorum {spec.quorum} is more than the {len(raw_payloads)} payloads listed"
             )
         return message
 
 
+class JoinChunk(BaseModel):
+    """Where a join's registration goes on: chunk ``index`` starts at byte ``offset``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    join_id: str = Field(min_length=1)
+    index: int = Field(ge=1)
+    offset: int = Field(ge=0)
+    payloads_url: str = Field(pattern=r"^s3://")
+
+
+class JoinChunkMessage(BaseModel):
+    """``{"join_chunk": {...}}``: the tracker's own message carrying on a join's registration.
+
+    The process flow sends it to the process queue when a join's members do not
+    fit one invocation; it names the manifest and where the next chunk starts.
+    """
+
+    join_chunk: JoinChunk
+    message_id: str | None = None
+
+    @property
+    def join_id(self) -> str:
+        """The join this chunk belongs to."""
+        return self.join_chunk.join_id
+
+
+def read_members(
+    entries: list[dict[str, Any]],
+    *,
+    first_index: int,
+    where: str,
+    load_url: PayloadLoader | None,
+    task_token: str | None,
+) -> list[ProcessPayload]:
+    """Turn a join's entries (payloads or ``{"url": ...}`` references) into payloads.
+
+    ``first_index`` numbers the entries in the error message (their position in
+    the whole member list), ``where`` names the list (``payloads``, a manifest url).
+
+    Raises:
+        InvalidMessageError: ``InvalidJoin`` naming the entry; retryable when a
+            referenced object cannot be read yet.
+    """
+    payloads = []
+    for position, raw in enumerate(entries, start=first_index):
+        label = f"{where}[{position}]"
+        if not isinstance(raw, dict):
+            raise InvalidMessageError(
+                f"{label}: expected a JSON object",
+                task_token=task_token,
+                error_name=DependencyError.INVALID_JOIN,
+            )
+        try:
+            payloads.append(_payload(_dereference(raw, load_url, task_token), label, task_token))
+        except InvalidMessageError as exc:
+            if exc.retryable:
+                raise
+            raise InvalidMessageError(
+                f"{label}: {exc.reason}",
+                task_token=task_token,
+                payload_id=exc.payload_id,
+                error_name=DependencyError.INVALID_JOIN,
+            ) from exc
+    return payloads
+
+
+def _inline_payloads(
+    entries: list[Any], token: str | None, invalid: Callable[[str], InvalidMessageError]
+) -> tuple[list[ProcessPayload], list[str]]:
+    """The distinct payloads given inline (references are read later) and repeated ids."""
+    payloads: list[ProcessPayload] = []
+    duplicates: list[str] = []
+    seen: set[str] = set()
+    for index, raw in enumerate(entries):
+        where = f"payloads[{index}]"
+        if not isinstance(raw, dict):
+            raise invalid(f"{where}: expected a JSON object")
+        if _is_reference(raw):
+            continue
+        payload = _payload(raw, where, token)
+        if payload.id in seen:
+            duplicates.append(payload.id)
+            continue
+        seen.add(payload.id)
+        payloads.append(payload)
+    return payloads, duplicates
+
+
+def _is_reference(entry: Any) -> bool:
+    return isinstance(entry, dict) and "url" in entry and "process" not in entry
+
+
 def read_message(
     body: str, *, message_id: str | None = None, load_url: PayloadLoader | None = None
-) -> ProcessMessage | JoinMessage | WaitMessage:
+) -> ProcessMessage | JoinMessage | JoinChunkMessage | WaitMessage:
     """Parse a process-queue body.
 
     Accepted: a payload with an optional ``callback``; ``{"url": "s3://..."}``
@@ -198,6 +301,11 @@ def read_message(
             a token could still be read, ``error_name`` says what the parent hears.
     """
     document = _unwrap(_load_json(body, "message body"))
+    if isinstance(document, dict) and "join_chunk" in document:
+        try:
+            return JoinChunkMessage.model_validate({**document, "message_id": message_id})
+        except ValidationError as exc:
+            raise InvalidMessageError(_describe(exc, "message")) from exc
     if isinstance(document, dict) and "join" in document:
         return JoinMessage.from_document(document, message_id=message_id, load_url=load_url)
     if isinstance(document, dict) and isinstance(document.get("payload"), dict):

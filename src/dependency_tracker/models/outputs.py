@@ -16,12 +16,13 @@ from pydantic import BaseModel
 
 from dependency_tracker.limits import KIB, SFN_MAX_CAUSE_CHARS, utf8_size
 from dependency_tracker.models.enums import DependencyError, PayloadState
+from dependency_tracker.models.joins import JoinCounts
 from dependency_tracker.text import TRUNCATED_MARK
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dependency_tracker.models.items import JoinItem
+    from dependency_tracker.models.joins import JoinItem
 
 # A join's output is at most 32 KiB inline. The same summary is the cause of a
 # QuorumUnreachable failure, whose limit is 32,768 characters (a string of at
@@ -105,12 +106,12 @@ class FailedMember(BaseModel):
     error: str | None = None
 
 
-class JoinCounts(BaseModel):
-    """How many members of a join succeeded, failed and are pending."""
+class MemberOutcome(BaseModel):
+    """One member of a join as its membership row records it (``state`` None: pending)."""
 
-    succeeded: int
-    failed: int
-    pending: int
+    payload_id: str
+    state: PayloadState | None = None
+    error: str | None = None
 
 
 class JoinSummary(BaseModel):
@@ -128,33 +129,33 @@ class JoinSummary(BaseModel):
     cycle: list[str] | None = None  # only when the join was refused with DependencyCycle
 
     @classmethod
-    def of(cls, join: JoinItem) -> JoinSummary:
-        """The summary of a join row, members in their message order."""
-        succeeded = set(join.succeeded)
-        failed = set(join.failed)
-        pending = join.pending()
-        succeeded_ids = [m for m in join.members if m in succeeded]
-        failed_members = [
-            FailedMember(
-                payload_id=m,
-                state=join.failures[m].state if m in join.failures else PayloadState.FAILED,
-                error=join.failures[m].error if m in join.failures else None,
-            )
-            for m in join.members
-            if m in failed
-        ]
+    def of(
+        cls,
+        join: JoinItem,
+        counts: JoinCounts,
+        members: list[MemberOutcome],
+        duplicates: list[str] | None = None,
+    ) -> JoinSummary:
+        """The summary of a join: its counts and each member's outcome, in manifest order.
+
+        ``quorum`` and ``total`` are the join's k and n; while members are still
+        being registered (a decision taken early) n counts those registered.
+        """
+        total = join.known_total if join.known_total is not None else join.registered
         return cls(
             join_id=join.join_id,
-            quorum=join.quorum,
-            total=join.total,
-            counts=JoinCounts(
-                succeeded=len(succeeded_ids), failed=len(failed_members), pending=len(pending)
-            ),
-            succeeded=succeeded_ids,
-            failed=failed_members,
-            pending=pending,
+            quorum=join.quorum if join.quorum is not None else total,
+            total=total,
+            counts=counts,
+            succeeded=[m.payload_id for m in members if m.state is PayloadState.SUCCEEDED],
+            failed=[
+                FailedMember(payload_id=m.payload_id, state=m.state, error=m.error)
+                for m in members
+                if m.state is not None and m.state is not PayloadState.SUCCEEDED
+            ],
+            pending=[m.payload_id for m in members if m.state is None],
             winner=join.winner if join.quorum == 1 else None,
-            duplicates=join.duplicates,
+            duplicates=duplicates or [],
             cycle=join.cycle,
         )
 

@@ -16,12 +16,12 @@ from dependency_tracker.models import (
     Resolution,
     Row,
     WaiterItem,
-    is_edge_item,
+    is_bookkeeping_item,
     join_partition_for,
     row_from_item,
     utcnow,
 )
-from dependency_tracker.models.items import failure_key, key_attributes
+from dependency_tracker.models.items import key_attributes
 from dependency_tracker.stores._dynamodb import put_if_absent, update_if, values
 from dependency_tracker.text import clip
 
@@ -84,7 +84,7 @@ class DependencyTable:
     def rows(self, payload_id: str) -> Iterator[Row]:
         """Every row under a payload: task-token waiters and join memberships."""
         for page in self._pages(payload_id, only_pending=False):
-            yield from (row_from_item(item) for item in page)
+            yield from (row_from_item(item) for item in page if not is_bookkeeping_item(item))
 
     def waiters(self, payload_id: str) -> Iterator[WaiterItem]:
         """The task-token waiter rows of a payload (strongly consistent, paginated)."""
@@ -105,7 +105,7 @@ class DependencyTable:
         while True:
             response = self._client.scan(**scan)
             items = response.get("Items", [])
-            yield [row_from_item(item) for item in items if not is_edge_item(item)]
+            yield [row_from_item(item) for item in items if not is_bookkeeping_item(item)]
             last = response.get("LastEvaluatedKey")
             if not last:
                 return
@@ -207,29 +207,6 @@ class DependencyTable:
                 resolved += sum(pool.map(resolve, page) if len(page) > 1 else map(resolve, page))
         return resolved
 
-    def record_member(self, join_id: str, member: str, resolution: Resolution) -> JoinItem | None:
-        """Add a member's outcome to its join (idempotent ``ADD``); None if the join is gone."""
-        now = utcnow()
-        plain: dict[str, object] = {"member": {member}, "now": now}
-        names: dict[str, str] = {"#quorum": "quorum"}  # a reserved word
-        if resolution.state is PayloadState.SUCCEEDED:
-            expression = "ADD succeeded :member SET updated_at = :now"
-        else:
-            expression = "ADD failed :member SET updated_at = :now, failures.#member = :failure"
-            names["#member"] = failure_key(member)  # a map key is an attribute name (< 64 KB)
-            plain["failure"] = {"state": resolution.state.value, "error": resolution.error}
-        response = update_if(
-            self._client,
-            TableName=self.table_name,
-            Key=_key(join_partition_for(join_id), JOIN_ROW_KEY),
-            UpdateExpression=expression,
-            ConditionExpression="attribute_exists(#quorum)",
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values(**plain),
-            ReturnValues="ALL_NEW",
-        )
-        return None if response is None else JoinItem.from_item(response["Attributes"])
-
     def decide_join(
         self,
         join_id: str,
@@ -238,6 +215,7 @@ class DependencyTable:
         error: DependencyError | None = None,
         winner: str | None = None,
         cycle: list[str] | None = None,
+        cause: str | None = None,
     ) -> bool:
         """Turn a join terminal, once; False if it already was (it fires only once)."""
         sets = ["workflow_state = :state", "resolved_at = :now", "updated_at = :now"]
@@ -254,6 +232,10 @@ class DependencyTable:
         if winner is not None:
             sets.append("winner = :winner")
             plain["winner"] = winner
+        if cause is not None:
+            sets.append("#cause = :cause")
+            names["#cause"] = "cause"
+            plain["cause"] = clip(cause, MAX_REFUSAL_CAUSE_CHARS)
         if cycle is not None:
             sets.append("#cycle = :cycle")
             names["#cycle"] = "cycle"

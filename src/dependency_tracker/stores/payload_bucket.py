@@ -28,6 +28,11 @@ class PayloadBucket:
         self.bucket_name = bucket_name
 
     @property
+    def client(self) -> S3Client:
+        """The low-level client (readers of other objects share it)."""
+        return self._client
+
+    @property
     def writable(self) -> bool:
         """True when the stack's bucket is configured."""
         return self.bucket_name is not None

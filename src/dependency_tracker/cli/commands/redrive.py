@@ -12,7 +12,7 @@ from dependency_tracker.cli import render
 from dependency_tracker.cli.options import Json, aws_command, fail
 from dependency_tracker.cli.target import Target
 from dependency_tracker.errors import InvalidMessageError
-from dependency_tracker.models import JoinMessage, read_message
+from dependency_tracker.models import JoinChunkMessage, JoinMessage, read_message
 
 _BATCH = 10
 # How long a received DLQ message stays hidden while it is moved (or listed).
@@ -51,6 +51,12 @@ class DeadLetter:
         if isinstance(parsed, JoinMessage):
             data["payload_ids"] = [payload.id for payload in parsed.payloads]
             data["join_id"] = parsed.join_id
+            if parsed.payloads_url is not None:
+                data["payloads_url"] = parsed.payloads_url
+        elif isinstance(parsed, JoinChunkMessage):
+            data["payload_ids"] = []
+            data["join_id"] = parsed.join_id
+            data["payloads_url"] = parsed.join_chunk.payloads_url
         else:
             data["payload_ids"] = [parsed.payload_id]
         return data

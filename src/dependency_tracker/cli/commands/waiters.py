@@ -13,6 +13,7 @@ from dependency_tracker.cli.options import Json, aws_command
 from dependency_tracker.cli.target import Target
 from dependency_tracker.cli.waitgraph import execution_label
 from dependency_tracker.models import JoinItem, MembershipItem, WaiterItem, utcnow
+from dependency_tracker.stores.joins import JoinStore
 from dependency_tracker.tokens import redact_token
 
 
@@ -29,13 +30,16 @@ def waiters(
     """
     views: list[dict[str, Any]] = []
     joins: dict[str, JoinItem | None] = {}
+    counts: dict[str, tuple[int, int]] = {}
+    join_store = JoinStore(target.dependencies.client, target.dependencies.table_name)
     for row in target.dependencies.rows(payload_id):
         if isinstance(row, WaiterItem):
             views.append(_waiter_view(row))
         elif isinstance(row, MembershipItem):
             if row.join_id not in joins:
-                joins[row.join_id] = target.dependencies.get_join(row.join_id)
-            views.append(_membership_view(row, joins[row.join_id]))
+                joins[row.join_id], *counted = join_store.read(row.join_id)
+                counts[row.join_id] = (counted[0], counted[1])
+            views.append(_membership_view(row, joins[row.join_id], counts[row.join_id]))
     views.sort(key=lambda view: (view["since"], view["waiter"]))
     if json_output:
         render.emit_json({"payload_id": payload_id, "waiters": views})
@@ -64,7 +68,9 @@ def _waiter_view(row: WaiterItem) -> dict[str, Any]:
     }
 
 
-def _membership_view(row: MembershipItem, join: JoinItem | None) -> dict[str, Any]:
+def _membership_view(
+    row: MembershipItem, join: JoinItem | None, counts: tuple[int, int]
+) -> dict[str, Any]:
     view: dict[str, Any] = {
         "kind": "join",
         "waiter": f"join:{row.join_id}",
@@ -84,9 +90,10 @@ def _membership_view(row: MembershipItem, join: JoinItem | None) -> dict[str, An
         view["join"] = {
             "state": join.workflow_state.value,
             "quorum": join.quorum,
-            "total": join.total,
-            "succeeded": len(join.succeeded),
-            "failed": len(join.failed),
+            "total": join.known_total,
+            "registered": join.registered,
+            "succeeded": counts[0],
+            "failed": counts[1],
             "token": redact_token(join.task_token),
         }
     return view

@@ -1,0 +1,387 @@
+"""Registering a join's members, a bounded chunk per invocation.
+
+A join message creates the join row and registers its first chunk of at most
+``join_chunk_size`` members; when more follow, it sends a ``join_chunk``
+message to the process queue naming the member list (a manifest, or the
+inline list written to the payload bucket) and the byte offset where the next
+chunk starts. Each chunk, in its own invocation:
+
+1. stops if the join is decided or the chunk was registered before;
+2. sends the next chunk's message first, so chunks overlap;
+3. writes its members' membership rows (conditional puts: an earlier chunk's
+   row marks a duplicate), *then* reads their states (ordering rule) and
+   starts, replays or leaves each member, as a single wait does;
+4. records itself and adds its members to the join row in one transaction,
+   exactly once; the last chunk makes ``n`` known and checks the decision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Protocol
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from dependency_tracker.errors import InvalidMessageError
+from dependency_tracker.flows.joins.counting import decide_if_settled
+from dependency_tracker.models import (
+    JOIN_ROW_KEY,
+    ChunkItem,
+    DependencyError,
+    JoinChunkMessage,
+    JoinItem,
+    JoinMessage,
+    MembershipItem,
+    PayloadState,
+    join_partition_for,
+    membership_id_for,
+    utcnow,
+)
+from dependency_tracker.models.messages import read_members
+from dependency_tracker.observability import logger, metrics, redact_token
+from dependency_tracker.stores.joins import Registration
+from dependency_tracker.stores.manifest import manifest_text
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+    from dependency_tracker.flows.cycles import Cycle, CycleGuard
+    from dependency_tracker.models import PayloadStateItem, ProcessPayload
+    from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
+    from dependency_tracker.stores.joins import JoinStore
+    from dependency_tracker.stores.manifest import ManifestReader
+
+# Key prefix, in the payload bucket, of inline member lists too long for one chunk.
+JOIN_MEMBERS_PREFIX = "joins"
+
+
+class MemberStarter(Protocol):
+    """What registration needs from the process flow to run a member."""
+
+    def check_startable(self, payload: ProcessPayload, task_token: str | None) -> None:
+        """Refuse a payload no execution could take."""
+
+    def settle_member(
+        self,
+        payload: ProcessPayload,
+        message_id: str | None,
+        row_id: str,
+        seen: PayloadStateItem | None,
+    ) -> str:
+        """Start, replay or leave one member; returns what was done."""
+
+
+class Position:
+    """Where the rest of a member list is read from: a manifest url and a byte offset."""
+
+    def __init__(self, url: str, offset: int) -> None:
+        self.url = url
+        self.offset = offset
+
+
+class JoinRegistration:
+    """Creates joins and registers their members in bounded chunks."""
+
+    def __init__(
+        self,
+        *,
+        joins: JoinStore,
+        dependencies: DependencyTable,
+        states: StateTable,
+        bucket: PayloadBucket,
+        manifests: ManifestReader,
+        cycles: CycleGuard,
+        starter: MemberStarter,
+        chunk_size: int,
+        sqs: SQSClient | None,
+        queue_url: str | None,
+    ) -> None:
+        self.joins = joins
+        self.dependencies = dependencies
+        self.states = states
+        self._bucket = bucket
+        self._manifests = manifests
+        self.cycles = cycles
+        self._starter = starter
+        self.chunk_size = chunk_size
+        self._sqs = sqs
+        self._queue_url = queue_url
+
+    # ------------------------------------------------------------------ entry
+
+    def start(self, message: JoinMessage) -> bool:
+        """Create the join and register its first chunk; False if it was refused (a cycle).
+
+        Raises:
+            InvalidMessageError: ``InvalidJoin`` (with the token) for a bad first
+                chunk or manifest, or a ``join_id`` used by another token.
+        """
+        join_id, token = message.join_id, message.join.task_token
+        logger.append_keys(join_id=join_id, token_hash=redact_token(token))
+        payloads, rest = self._first_chunk(message)
+        now = utcnow()
+        row = JoinItem(
+            payload_id=join_partition_for(join_id),
+            waiter_id=JOIN_ROW_KEY,
+            join_id=join_id,
+            task_token=token,
+            quorum=message.quorum,
+            total=message.total,
+            source=rest.url if rest is not None else message.payloads_url,
+            parent_execution=message.join.parent_execution,
+            waiter_payload_id=message.join.waiter_payload_id,
+            created_at=now,
+            updated_at=now,
+        )
+        if not self.joins.create(row):
+            existing = self.joins.get(join_id)
+            if existing is not None and existing.task_token != token:
+                raise InvalidMessageError(
+                    f"join_id {join_id!r} is already used by another task token",
+                    task_token=token,
+                    error_name=DependencyError.INVALID_JOIN,
+                )
+            row = existing or row  # a redelivery: carry on, every step is idempotent
+        return self._run(row, 0, payloads, rest, message.message_id)
+
+    def resume(self, message: JoinChunkMessage) -> bool:
+        """Register chunk ``index`` of a join from its member list; False if refused.
+
+        Raises:
+            InvalidMessageError: The join does not exist (not retryable), or a
+                referenced payload cannot be read yet (retryable).
+        """
+        chunk = message.join_chunk
+        logger.append_keys(join_id=chunk.join_id, chunk=chunk.index)
+        join = self.joins.get(chunk.join_id)
+        if join is None:
+            raise InvalidMessageError(f"join_chunk of join {chunk.join_id!r}, which does not exist")
+        if self._stopped(join, chunk.index):
+            return True
+        try:
+            payloads, rest = self._read(
+                join, chunk.index, Position(chunk.payloads_url, chunk.offset)
+            )
+        except InvalidMessageError as exc:
+            if exc.retryable:
+                raise
+            self._invalid(join, exc.reason)
+            return True
+        return self._run(join, chunk.index, payloads, rest, message.message_id)
+
+    # ------------------------------------------------------------------ steps
+
+    def _first_chunk(self, message: JoinMessage) -> tuple[list[ProcessPayload], Position | None]:
+        """The first chunk's payloads, and where the rest is (None: nothing follows)."""
+        token = message.join.task_token
+        if message.payloads_url is not None:
+            try:
+                return self._read_at(Position(message.payloads_url, 0), 0, token)
+            except InvalidMessageError as exc:
+                exc.task_token = exc.task_token or token
+                raise
+        entries = message.entries
+        head = entries[: self.chunk_size]
+        payloads = read_members(
+            head, first_index=0, where="payloads", load_url=self._bucket.read_url, task_token=token
+        )
+        if len(entries) <= self.chunk_size:
+            return payloads, None
+        if not self._continues():
+            # No bucket or queue to carry on from: this invocation registers them all.
+            rest = read_members(
+                entries[self.chunk_size :],
+                first_index=self.chunk_size,
+                where="payloads",
+                load_url=self._bucket.read_url,
+                task_token=token,
+            )
+            return payloads + rest, None
+        digest = hashlib.sha256(message.join_id.encode("utf-8")).hexdigest()
+        # Same join, same text, same key: a redelivery rewrites the same object.
+        url = self._bucket.write(
+            f"{JOIN_MEMBERS_PREFIX}/{digest}/members.jsonl", manifest_text(entries)
+        )
+        offset = len(manifest_text(head).encode("utf-8"))
+        return payloads, Position(url, offset)
+
+    def _read(
+        self, join: JoinItem, index: int, position: Position
+    ) -> tuple[list[ProcessPayload], Position | None]:
+        return self._read_at(position, index * self.chunk_size, join.task_token)
+
+    def _read_at(
+        self, position: Position, first_index: int, token: str | None
+    ) -> tuple[list[ProcessPayload], Position | None]:
+        piece = self._manifests.read(position.url, offset=position.offset, limit=self.chunk_size)
+        payloads = read_members(
+            piece.entries,
+            first_index=first_index,
+            where=position.url,
+            load_url=self._bucket.read_url,
+            task_token=token,
+        )
+        return payloads, None if piece.end else Position(position.url, piece.next_offset)
+
+    def _continues(self) -> bool:
+        return self._bucket.writable and self._sqs is not None and self._queue_url is not None
+
+    def _run(
+        self,
+        join: JoinItem,
+        index: int,
+        payloads: list[ProcessPayload],
+        rest: Position | None,
+        message_id: str | None,
+    ) -> bool:
+        while True:
+            if self._stopped(join, index):
+                return True
+            if rest is not None and self._continues():
+                self._send_next(join.join_id, index + 1, rest)
+                return self._register(join, index, payloads, last=False, message_id=message_id)
+            if not self._register(join, index, payloads, last=rest is None, message_id=message_id):
+                return False
+            if rest is None:
+                return True
+            # No queue to carry on through: read and register the next chunk here.
+            index += 1
+            try:
+                payloads, rest = self._read(join, index, rest)
+            except InvalidMessageError as exc:
+                if exc.retryable:
+                    raise
+                self._invalid(join, exc.reason)
+                return True
+
+    def _stopped(self, join: JoinItem, index: int) -> bool:
+        """True when chunk ``index`` has nothing left to do."""
+        if join.workflow_state is not PayloadState.PROCESSING:
+            logger.info("join already decided: chunk not registered", extra={"chunk": index})
+            metrics.add_metric(name="JoinChunksSkipped", unit=MetricUnit.Count, value=1)
+            return True
+        if self.joins.chunk(join.join_id, index) is not None:
+            logger.info("chunk already registered", extra={"chunk": index})
+            return True
+        return False
+
+    def _send_next(self, join_id: str, index: int, rest: Position) -> None:
+        if self._sqs is None or self._queue_url is None:
+            msg = "a join can only continue through the process queue"
+            raise RuntimeError(msg)
+        body = {
+            "join_chunk": {
+                "join_id": join_id,
+                "index": index,
+                "offset": rest.offset,
+                "payloads_url": rest.url,
+            }
+        }
+        self._sqs.send_message(QueueUrl=self._queue_url, MessageBody=json.dumps(body))
+        logger.info("join continues", extra={"next_chunk": index, "offset": rest.offset})
+
+    def _register(
+        self,
+        join: JoinItem,
+        index: int,
+        payloads: list[ProcessPayload],
+        *,
+        last: bool,
+        message_id: str | None,
+    ) -> bool:
+        """Register one chunk's members and run them; False when the join was refused."""
+        for payload in payloads:
+            self._starter.check_startable(payload, join.task_token)
+        distinct: dict[str, ProcessPayload] = {}
+        repeated: list[str] = []
+        for payload in payloads:
+            if payload.id in distinct:
+                repeated.append(payload.id)
+            else:
+                distinct[payload.id] = payload
+        membership_id = membership_id_for(join.join_id)
+        if join.waiter_payload_id is not None:
+            cycle = self.cycles.admit(join.waiter_payload_id, list(distinct), via=membership_id)
+            # Checked before this chunk writes anything: a refused join starts no
+            # member of this chunk (earlier chunks' members may run already).
+            if cycle is not None and self._refuse(join.join_id, cycle):
+                return False
+        now = utcnow()
+        rows = [
+            MembershipItem(
+                payload_id=member,
+                waiter_id=membership_id,
+                join_id=join.join_id,
+                chunk=index,
+                created_at=now,
+                updated_at=now,
+            )
+            for member in distinct
+        ]
+        found = self.joins.register_members(rows)
+        own = [
+            m for m, how in zip(distinct, found, strict=True) if how is not Registration.DUPLICATE
+        ]
+        repeated += [
+            m for m, how in zip(distinct, found, strict=True) if how is Registration.DUPLICATE
+        ]
+        if repeated:
+            logger.warning(
+                "duplicate payloads in join",
+                extra={"duplicates": repeated[:20], "count": len(repeated)},
+            )
+        # Every membership row of the chunk is written before any state is read.
+        seen = self.states.batch_get(own)
+        actions: dict[str, int] = {}
+        for member in own:
+            action = self._starter.settle_member(
+                distinct[member], message_id, membership_id, seen.get(member)
+            )
+            actions[action] = actions.get(action, 0) + 1
+        recorded = self.joins.finish_chunk(
+            ChunkItem.of(join.join_id, index, own, repeated, now),
+            chunks=index + 1 if last else None,
+        )
+        logger.info(
+            "join chunk registered" if recorded else "join chunk registered before",
+            extra={"chunk": index, "members": len(own), "last": last, "actions": actions},
+        )
+        metrics.add_metric(name="JoinChunksRegistered", unit=MetricUnit.Count, value=1)
+        self._check_decision(join.join_id)
+        return True
+
+    def _check_decision(self, join_id: str) -> None:
+        """After a chunk: write ``n`` once known, and decide a join ``n`` settles."""
+        join, succeeded, failed = self.joins.read(join_id)
+        if join is None or join.known_total is None:
+            return
+        if join.total is None:
+            self.joins.set_total(join_id, join.known_total)
+        decide_if_settled(
+            self.dependencies,
+            join,
+            succeeded,
+            failed,
+            winner=None,
+            may_succeed=join.quorum is None,
+        )
+
+    def _invalid(self, join: JoinItem, reason: str) -> None:
+        """A later chunk is unusable: the parent hears ``InvalidJoin`` with the reason."""
+        logger.error("join member list unusable", extra={"reason": reason})
+        metrics.add_metric(name="InvalidJoinChunks", unit=MetricUnit.Count, value=1)
+        self.dependencies.decide_join(
+            join.join_id, PayloadState.FAILED, error=DependencyError.INVALID_JOIN, cause=reason
+        )
+
+    def _refuse(self, join_id: str, cycle: Cycle) -> bool:
+        """Decide a join ``DependencyCycle``; False if it was already decided otherwise."""
+        if self.dependencies.decide_join(
+            join_id, PayloadState.FAILED, error=DependencyError.CYCLE, cycle=list(cycle.path)
+        ):
+            logger.warning("wait refused: dependency cycle", extra={"cycle": cycle.describe()})
+            metrics.add_metric(name="DependencyCycles", unit=MetricUnit.Count, value=1)
+            return True
+        existing = self.joins.get(join_id)
+        return existing is not None and existing.error == DependencyError.CYCLE

@@ -1,0 +1,43 @@
+"""The summary a decided join sends its parent: counts always, member lists while they fit."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from dependency_tracker.models import JoinSummary
+from dependency_tracker.text import clip
+
+if TYPE_CHECKING:
+    from dependency_tracker.models import JoinItem
+    from dependency_tracker.stores.joins import JoinStore
+
+# Error names kept per failed member in a summary; real ones are far shorter
+# ("States.TaskFailed", "cirrus.lib.errors.InvalidInput"), and an Express status
+# report may carry any text.
+MAX_MEMBER_ERROR_CHARS = 64
+
+
+def read_summary(joins: JoinStore, join: JoinItem) -> JoinSummary:
+    """The join's full summary: counts from its shards, lists from its membership rows.
+
+    Reads every chunk row and membership row once (one ``BatchGetItem`` per 100
+    members); the callback flow then sends it inline or stores it.
+    """
+    _, succeeded, failed = joins.read(join.join_id)
+    members, duplicates = joins.members(join.join_id)
+    members = [
+        member.model_copy(update={"error": clip(member.error, MAX_MEMBER_ERROR_CHARS)})
+        if member.error
+        else member
+        for member in members
+    ]
+    return JoinSummary.of(join, join.counts(succeeded, failed), members, duplicates)
+
+
+def invalid_join_cause(join: JoinItem) -> str:
+    """The cause of an ``InvalidJoin`` decided after registration began (a bad manifest chunk)."""
+    return json.dumps(
+        {"join_id": join.join_id, "reason": join.cause, "registered": join.registered},
+        separators=(",", ":"),
+    )

@@ -1,0 +1,359 @@
+"""A join's rows in the dependency table: registration chunks, exactly-once counts, reads.
+
+Everything here keeps the join row's size and write rate constant in the
+number of members: per member, one conditional put (its membership row) and one
+two-item transaction (its membership row marked counted, one count shard
+added to); per chunk of members, one two-item transaction (the chunk row and
+the join row's ``registered`` count).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from enum import StrEnum, unique
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from dependency_tracker.limits import DDB_MAX_BATCH_GET_KEYS
+from dependency_tracker.models import (
+    JOIN_COUNT_SHARDS,
+    JOIN_ROW_KEY,
+    ChunkItem,
+    CountShardItem,
+    JoinItem,
+    MemberOutcome,
+    MembershipItem,
+    PayloadState,
+    Resolution,
+    chunk_id_for,
+    count_partition_for,
+    join_partition_for,
+    membership_id_for,
+    shard_of,
+    utcnow,
+)
+from dependency_tracker.models.items import key_attributes
+from dependency_tracker.models.joins import CHUNK_KEY_PREFIX
+from dependency_tracker.stores._dynamodb import is_conditional_failure, put_if_absent, values
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+# Chunk rows and count shards outlive any wait (MaxWaitSeconds is at most a year):
+# the decision and the summary need them until the parent is told.
+BOOKKEEPING_RETENTION_DAYS = 400
+# Membership puts and summary reads are I/O bound and spread over members' partitions.
+DEFAULT_CONCURRENCY = 8
+
+
+@unique
+class Registration(StrEnum):
+    """What registering a member's membership row found."""
+
+    NEW = "new"  # written now
+    OWN = "own"  # written by an earlier delivery of the same chunk
+    DUPLICATE = "duplicate"  # an earlier chunk lists the same member
+
+
+class JoinStore:
+    """Reads and writes a join's rows; the flows hold the rules, this the access."""
+
+    def __init__(
+        self, client: DynamoDBClient, table_name: str, *, concurrency: int = DEFAULT_CONCURRENCY
+    ) -> None:
+        self._client = client
+        self.table_name = table_name
+        self._concurrency = max(1, concurrency)
+
+    # ------------------------------------------------------------ registration
+
+    def create(self, row: JoinItem) -> bool:
+        """Write the join row unless it exists; False for a redelivery (or a reused id)."""
+        return put_if_absent(self._client, self.table_name, row.to_item(), "waiter_id")
+
+    def get(self, join_id: str) -> JoinItem | None:
+        """Strongly consistent read of the join row."""
+        item = self._get(join_partition_for(join_id), JOIN_ROW_KEY)
+        return None if item is None else JoinItem.from_item(item)
+
+    def chunk(self, join_id: str, index: int) -> ChunkItem | None:
+        """The chunk row, once chunk ``index`` is registered."""
+        item = self._get(join_partition_for(join_id), chunk_id_for(index))
+        return None if item is None else ChunkItem.from_item(item)
+
+    def register_members(self, rows: Sequence[MembershipItem]) -> list[Registration]:
+        """Write each membership row unless it exists (conditional puts, in parallel).
+
+        ``BatchWriteItem`` is not used: its puts are unconditional, and
+        overwriting a membership row its member already resolved would count the
+        member twice (or hide its outcome).
+        """
+        if len(rows) <= 1 or self._concurrency == 1:
+            return [self._register_member(row) for row in rows]
+        with ThreadPoolExecutor(max_workers=min(self._concurrency, len(rows))) as pool:
+            return list(pool.map(self._register_member, rows))
+
+    def _register_member(self, row: MembershipItem) -> Registration:
+        if put_if_absent(self._client, self.table_name, row.to_item(), "waiter_id"):
+            return Registration.NEW
+        existing = self._get(row.payload_id, row.waiter_id)
+        if existing is not None and MembershipItem.from_item(existing).chunk == row.chunk:
+            return Registration.OWN
+        return Registration.DUPLICATE
+
+    def finish_chunk(self, chunk: ChunkItem, *, chunks: int | None) -> bool:
+        """Record a registered chunk and add its members to the join, exactly once.
+
+        One transaction: the chunk row (only if absent) and the join row's
+        ``registered``/``registered_chunks``/``duplicates`` counts (``chunks``
+        set when this is the last chunk). False when the chunk was recorded before.
+        """
+        now = utcnow()
+        sets = "updated_at = :now" + (", chunks = :chunks" if chunks is not None else "")
+        plain: dict[str, object] = {
+            "members": len(chunk.members),
+            "one": 1,
+            "duplicates": len(chunk.duplicates),
+            "now": now,
+        }
+        if chunks is not None:
+            plain["chunks"] = chunks
+        join_key = key_attributes(payload_id=join_partition_for(chunk.join_id), waiter_id="join")
+        item = chunk.to_item()
+        item["expiration_time"] = {"N": str(_bookkeeping_expiry(now))}
+        try:
+            self._client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self.table_name,
+                            "Item": item,
+                            "ConditionExpression": "attribute_not_exists(waiter_id)",
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": self.table_name,
+                            "Key": join_key,
+                            "UpdateExpression": (
+                                "ADD registered :members, registered_chunks :one, "
+                                f"duplicates :duplicates SET {sets}"
+                            ),
+                            "ConditionExpression": "attribute_exists(join_id)",
+                            "ExpressionAttributeValues": values(**plain),
+                        }
+                    },
+                ]
+            )
+        except ClientError as exc:
+            if _cancelled_by_condition(exc):
+                return False
+            raise
+        return True
+
+    def set_total(self, join_id: str, total: int) -> None:
+        """Write n on the join row once every chunk is registered (for readers of the row)."""
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=key_attributes(payload_id=join_partition_for(join_id), waiter_id=JOIN_ROW_KEY),
+                UpdateExpression="SET #total = :total",
+                ConditionExpression="attribute_exists(join_id) AND attribute_not_exists(#total)",
+                ExpressionAttributeNames={"#total": "total"},
+                ExpressionAttributeValues=values(total=total),
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+
+    # ---------------------------------------------------------------- counting
+
+    def count(self, member: MembershipItem, resolution: Resolution, *, retention_days: int) -> bool:
+        """Add a member's outcome to its join's counts, exactly once.
+
+        One transaction: the membership row is marked notified (only if it was
+        not: that is what makes a redelivered stream record count nothing) and
+        one count shard gains the outcome. False when it had been counted.
+        """
+        now = utcnow()
+        expires = int((now + timedelta(days=retention_days)).timestamp())
+        outcome = "succeeded" if resolution.state is PayloadState.SUCCEEDED else "failed"
+        shard = shard_of(member.payload_id)
+        try:
+            self._client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": self.table_name,
+                            "Key": key_attributes(
+                                payload_id=member.payload_id, waiter_id=member.waiter_id
+                            ),
+                            "UpdateExpression": (
+                                "SET notified_at = :now, notify_outcome = :outcome, "
+                                "expiration_time = :expires, updated_at = :now"
+                            ),
+                            "ConditionExpression": (
+                                "attribute_not_exists(notified_at) AND workflow_state = :state"
+                            ),
+                            "ExpressionAttributeValues": values(
+                                now=now,
+                                outcome=f"COUNTED:{resolution.state.value}",
+                                expires=expires,
+                                state=resolution.state.value,
+                            ),
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": self.table_name,
+                            "Key": key_attributes(
+                                payload_id=count_partition_for(member.join_id, shard),
+                                waiter_id="counts",
+                            ),
+                            "UpdateExpression": (
+                                f"ADD {outcome} :one SET join_id = :join, updated_at = :now, "
+                                "expiration_time = :expires"
+                            ),
+                            "ExpressionAttributeValues": values(
+                                one=1,
+                                join=member.join_id,
+                                now=now,
+                                expires=_bookkeeping_expiry(now),
+                            ),
+                        }
+                    },
+                ]
+            )
+        except ClientError as exc:
+            if _cancelled_by_condition(exc):
+                return False
+            raise
+        return True
+
+    def read(self, join_id: str) -> tuple[JoinItem | None, int, int]:
+        """The join row and its counts (succeeded, failed): one consistent ``BatchGetItem``.
+
+        Read after the caller's own write (the ordering rule): a member counted
+        and a chunk finished concurrently each read the other's write or are
+        read by it, so one of them always sees the decision.
+        """
+        keys = [key_attributes(payload_id=join_partition_for(join_id), waiter_id=JOIN_ROW_KEY)]
+        keys += [
+            key_attributes(payload_id=count_partition_for(join_id, shard), waiter_id="counts")
+            for shard in range(JOIN_COUNT_SHARDS)
+        ]
+        join, succeeded, failed = None, 0, 0
+        for item in self._batch_get(keys):
+            if item["waiter_id"]["S"] == JOIN_ROW_KEY:
+                join = JoinItem.from_item(item)
+            else:
+                shard = CountShardItem.from_item(item)
+                succeeded += shard.succeeded
+                failed += shard.failed
+        return join, succeeded, failed
+
+    # ----------------------------------------------------------------- summary
+
+    def members(self, join_id: str) -> tuple[list[MemberOutcome], list[str]]:
+        """Every registered member with its outcome, in manifest order, and the duplicates.
+
+        One ``Query`` page per ~1 MB of chunk rows, then one ``BatchGetItem`` per
+        100 members: read once, when the decided join's summary is sent.
+        """
+        keys: list[str] = []
+        duplicates: list[str] = []
+        for chunk in self._chunks(join_id):
+            keys.extend(chunk.members)
+            duplicates.extend(chunk.duplicates)
+        membership = membership_id_for(join_id)
+        requests = [
+            [key_attributes(payload_id=key, waiter_id=membership) for key in keys[i : i + 100]]
+            for i in range(0, len(keys), DDB_MAX_BATCH_GET_KEYS)
+        ]
+        found: dict[str, MembershipItem] = {}
+
+        def fetch(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return list(self._batch_get(batch))
+
+        with ThreadPoolExecutor(max_workers=self._concurrency) as pool:
+            for items in pool.map(fetch, requests):
+                for item in items:
+                    found[item["payload_id"]["S"]] = MembershipItem.from_item(item)
+        outcomes = []
+        for key in keys:
+            row = found.get(key)
+            if row is None:
+                outcomes.append(MemberOutcome(payload_id=key))
+                continue
+            done = row.workflow_state.is_terminal
+            outcomes.append(
+                MemberOutcome(
+                    payload_id=row.payload_id,
+                    state=row.workflow_state if done else None,
+                    error=row.error if done else None,
+                )
+            )
+        return outcomes, duplicates
+
+    def _chunks(self, join_id: str) -> Iterator[ChunkItem]:
+        query: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "payload_id = :pid AND begins_with(waiter_id, :chunk)",
+            "ExpressionAttributeValues": values(
+                pid=key_attributes(payload_id=join_partition_for(join_id))["payload_id"]["S"],
+                chunk=CHUNK_KEY_PREFIX,
+            ),
+            "ConsistentRead": True,
+        }
+        while True:
+            response = self._client.query(**query)
+            for item in response.get("Items", []):
+                yield ChunkItem.from_item(item)
+            last = response.get("LastEvaluatedKey")
+            if not last:
+                return
+            query["ExclusiveStartKey"] = last
+
+    # ------------------------------------------------------------------ access
+
+    def _get(self, payload_id: str, waiter_id: str) -> dict[str, Any] | None:
+        response = self._client.get_item(
+            TableName=self.table_name,
+            Key=key_attributes(payload_id=payload_id, waiter_id=waiter_id),
+            ConsistentRead=True,
+        )
+        return response.get("Item")
+
+    def _batch_get(self, keys: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        """Consistent ``BatchGetItem`` of at most 100 keys, unprocessed keys retried."""
+        request: dict[str, Any] = {self.table_name: {"Keys": keys, "ConsistentRead": True}}
+        for attempt in range(10):
+            response = self._client.batch_get_item(RequestItems=request)
+            yield from response.get("Responses", {}).get(self.table_name, [])
+            request = response.get("UnprocessedKeys") or {}
+            if not request:
+                return
+            # Throttled keys come back unprocessed: back off as AWS asks.
+            time.sleep(min(1.0, 0.05 * 2**attempt))
+        msg = f"BatchGetItem left keys unprocessed after 10 tries on {self.table_name}"
+        raise RuntimeError(msg)
+
+
+def _bookkeeping_expiry(now: Any) -> int:
+    return int((now + timedelta(days=BOOKKEEPING_RETENTION_DAYS)).timestamp())
+
+
+def _cancelled_by_condition(exc: ClientError) -> bool:
+    """A transaction cancelled only because one of its conditions failed."""
+    if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+        return False
+    reasons = exc.response.get("CancellationReasons") or []
+    codes = {reason.get("Code") for reason in reasons}
+    if reasons:
+        return codes <= {"ConditionalCheckFailed", "None"} and "ConditionalCheckFailed" in codes
+    return "ConditionalCheckFailed" in exc.response.get("Error", {}).get("Message", "")
