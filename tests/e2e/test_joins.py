@@ -9,6 +9,7 @@ import pytest
 
 from dependency_tracker.models import PayloadState, membership_id_for
 from dependency_tracker.stores.joins import JoinStore
+from dependency_tracker.stores.manifest import manifest_text
 from tests.conftest import wait_until
 from tests.e2e.conftest import dependency, dependency_id, finished, state_of, waiters
 
@@ -129,3 +130,40 @@ def test_map_pattern_history_grows_with_n_and_the_join_does_not(stack: LocalStac
         assert finished(stack, arn)["status"] == "SUCCEEDED"
     assert history_events(stack, join_parent) < 20
     assert history_events(stack, map_parent) >= 80
+
+
+def test_a_join_by_manifest_mixing_payloads_and_references(stack: LocalStack) -> None:
+    # GIVEN a JSON Lines manifest in the payload bucket: payloads, a reference, a duplicate
+    s3, bucket = stack.client("s3"), stack.outputs["PayloadBucketName"]
+    s3.put_object(Bucket=bucket, Key="refs/jm-ref.json", Body=json.dumps(dependency("jm-ref")))
+    entries = [dependency(f"jm-{i}") for i in range(4)]
+    entries += [{"url": f"s3://{bucket}/refs/jm-ref.json"}, dependency("jm-0")]
+    s3.put_object(Bucket=bucket, Key="manifests/jm.jsonl", Body=manifest_text(entries).encode())
+    # WHEN a parent waits on all of it through wait-for-join's dependencies_url
+    described = finished(
+        stack,
+        start_join_by_url(stack, "manifest-join", f"s3://{bucket}/manifests/jm.jsonl"),
+        timeout=60,
+    )
+    # THEN it resumes once every distinct member succeeded
+    assert described["status"] == "SUCCEEDED"
+    summary = json.loads(described["output"])["join"]
+    expected = [dependency_id(f"jm-{i}") for i in range(4)] + [dependency_id("jm-ref")]
+    assert (summary["total"], summary["succeeded"]) == (5, expected)
+    assert summary["counts"] == {"succeeded": 5, "failed": 0, "pending": 0}
+    assert summary["duplicates"] == [dependency_id("jm-0")]
+
+
+def test_an_unreadable_manifest_fails_the_parent_with_invalid_join(stack: LocalStack) -> None:
+    url = f"s3://{stack.outputs['PayloadBucketName']}/manifests/none.jsonl"
+    described = finished(stack, start_join_by_url(stack, "manifest-missing", url), timeout=60)
+    assert (described["status"], described["error"]) == ("FAILED", "InvalidJoin")
+
+
+def start_join_by_url(stack: LocalStack, name: str, url: str) -> str:
+    response = stack.client("stepfunctions").start_execution(
+        stateMachineArn=stack.outputs["StateMachines"][JOIN],
+        name=name,
+        input=json.dumps({"dependencies_url": url, "timeout_seconds": 60}),
+    )
+    return str(response["executionArn"])

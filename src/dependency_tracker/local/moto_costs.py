@@ -8,6 +8,11 @@ while on AWS a transaction costs the same whatever the table holds. While
 touches and puts them back if it is cancelled, which is what moto's table copy
 achieves, without the copy. Semantics are moto's own: the same checks, the same
 errors, the same all-or-nothing outcome.
+
+Transactions also run one at a time here. moto applies the items after a failed
+condition before it rolls back; two transactions on the same item from two
+threads (a redelivered stream record counted twice at once) could then undo each
+other's writes, which AWS's isolation never does.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
 _lock = threading.Lock()
+_transactions = threading.Lock()
 _depth = 0
 _original: Callable[..., None] | None = None
 _original_copy_module: Any = None
@@ -95,17 +101,18 @@ def _restore(taken: list[Snapshot], streams: dict[int, int]) -> None:
 
 def _transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> None:
     assert _original is not None  # noqa: S101 (installed before use)
-    taken = _snapshots(self, transact_items)
-    streams = {
-        id(table.stream_shard): len(table.stream_shard.items)
-        for table, *_ in taken
-        if table.stream_shard is not None
-    }
-    try:
-        _original(self, transact_items)
-    except (TransactionCanceledException, MockValidationException):
-        _restore(taken, streams)
-        raise
+    with _transactions:
+        taken = _snapshots(self, transact_items)
+        streams = {
+            id(table.stream_shard): len(table.stream_shard.items)
+            for table, *_ in taken
+            if table.stream_shard is not None
+        }
+        try:
+            _original(self, transact_items)
+        except (TransactionCanceledException, MockValidationException):
+            _restore(taken, streams)
+            raise
 
 
 @contextlib.contextmanager
