@@ -108,10 +108,9 @@ def test_timeout_then_the_summary_says_who_finished(stack: LocalStack) -> None:
     assert cause["counts"] == {"succeeded": 1, "failed": 0}
     # the row it names is the join's; each membership row says how its member ended
     assert cause["row"] == {"payload_id": f"join#{cause['join_id']}", "waiter_id": "join"}
-    members, _ = JoinStore(stack.client("dynamodb"), stack.outputs["DependencyTableName"]).members(
-        cause["join_id"]
-    )
-    assert [(m.payload_id, m.state) for m in members] == [
+    joins = JoinStore(stack.client("dynamodb"), stack.outputs["DependencyTableName"])
+    outcomes, _ = joins.members(cause["join_id"])
+    assert [(m.payload_id, m.state) for m in outcomes] == [
         (dependency_id("jt-fast"), PayloadState.SUCCEEDED),
         (dependency_id("jt-slow"), None),
     ]

@@ -72,7 +72,7 @@ class Harness:
 
     def queued(self) -> list[dict[str, Any]]:
         """Receive (and delete) every message on the process queue."""
-        bodies = []
+        bodies: list[dict[str, Any]] = []
         while True:
             response = self.aws.sqs.receive_message(
                 QueueUrl=self.aws.queue_url, MaxNumberOfMessages=10
