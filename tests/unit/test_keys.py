@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given, settings
@@ -21,11 +22,13 @@ from dependency_tracker.limits import (
     utf8_size,
 )
 from dependency_tracker.models import (
+    ChunkItem,
     EdgeItem,
     JoinItem,
-    MemberFailure,
+    MembershipItem,
     PayloadState,
     PayloadStateItem,
+    Resolution,
     WaiterItem,
     edge_id_for,
     edge_partition_for,
@@ -35,8 +38,12 @@ from dependency_tracker.models import (
     utcnow,
     waiter_id_for,
 )
-from dependency_tracker.models.items import failure_key, key_attributes, restore_keys
+from dependency_tracker.models.items import key_attributes, restore_keys
 from dependency_tracker.models.messages import JOIN_ID_PATTERN
+from dependency_tracker.stores.joins import JoinStore, Registration
+
+if TYPE_CHECKING:
+    from tests.conftest import Aws
 
 # Short and long, ASCII and not: 1- to 4-byte characters, so cuts land inside characters.
 ids = st.one_of(
@@ -191,26 +198,52 @@ def test_a_long_sort_key_is_derived_and_restored() -> None:
         key_attributes(state="x")
 
 
-def test_join_failures_are_keyed_within_attribute_name_limits() -> None:
+def test_a_join_with_long_member_ids_round_trips_through_its_store(aws: Aws) -> None:
+    # Long member ids live in membership rows (derived key, whole id beside it) and in
+    # chunk rows (key form); the summary's member list gives every whole id back.
     now = utcnow()
-    long_member = "m" * 70_000  # over the 64 KB attribute-name limit as a map key
-    join = JoinItem(
-        payload_id=join_partition_for("j"),
-        waiter_id="join",
-        join_id="j",
-        task_token="tok",
-        quorum=1,
-        total=2,
-        members=[long_member, "short"],
-        failed=[long_member],
-        failures={long_member: MemberFailure(state=PayloadState.FAILED, error="E")},
-        created_at=now,
-        updated_at=now,
+    over_name_limit = "m" * 70_000  # over the 64 KB a map key (attribute name) may be
+    over_key_limit = "c/workflow-w/" + "é" * 1_100  # 2,213 bytes
+    members = [over_name_limit, "short", over_key_limit]
+    joins = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    assert joins.create(
+        JoinItem(
+            payload_id=join_partition_for("j"),
+            waiter_id="join",
+            join_id="j",
+            task_token="tok",
+            quorum=1,
+            created_at=now,
+            updated_at=now,
+        )
     )
-    item = join.to_item()
-    assert set(item["failures"]["M"]) == {failure_key(long_member)}
-    assert utf8_size(failure_key(long_member)) <= DDB_MAX_PARTITION_KEY_BYTES
-    assert JoinItem.from_item(item).failures == join.failures
+    rows = [
+        MembershipItem(
+            payload_id=member,
+            waiter_id=membership_id_for("j"),
+            join_id="j",
+            chunk=0,
+            created_at=now,
+            updated_at=now,
+        )
+        for member in members
+    ]
+    assert joins.register_members(rows) == [Registration.NEW] * 3
+    chunk = ChunkItem.of("j", 0, members, [], now)
+    assert [is_derived(key) for key in chunk.members] == [True, False, True]
+    assert all(utf8_size(key) <= DDB_MAX_PARTITION_KEY_BYTES for key in chunk.members)
+    assert joins.finish_chunk(chunk, chunks=1)
+    failed = Resolution(state=PayloadState.FAILED, error="E")
+    assert aws.dependencies.resolve(over_name_limit, membership_id_for("j"), failed)
+    assert joins.count(rows[0], failed, retention_days=1)
+    outcomes, duplicates = joins.members("j")
+    assert [(m.payload_id, m.state, m.error) for m in outcomes] == [
+        (over_name_limit, PayloadState.FAILED, "E"),
+        ("short", None, None),
+        (over_key_limit, None, None),
+    ]
+    assert duplicates == []
+    assert joins.read("j")[1:] == (0, 1)
 
 
 def test_a_lone_surrogate_does_not_break_the_derivation() -> None:

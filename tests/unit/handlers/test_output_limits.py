@@ -19,11 +19,22 @@ from dependency_tracker.flows.callback import CallbackAction, CallbackFlow
 from dependency_tracker.limits import SFN_MAX_CAUSE_CHARS, SFN_MAX_PAYLOAD_BYTES, utf8_size
 from dependency_tracker.local.strict import strict_limits
 from dependency_tracker.models import (
+    JOIN_COUNT_SHARDS,
+    JOIN_ROW_KEY,
+    ChunkItem,
+    CountShardItem,
+    DependencyError,
+    JoinCounts,
     JoinItem,
-    MemberFailure,
+    MemberOutcome,
+    MembershipItem,
     PayloadState,
+    Resolution,
     WaiterItem,
+    count_partition_for,
     join_partition_for,
+    membership_id_for,
+    shard_of,
     waiter_id_for,
 )
 from dependency_tracker.models.outputs import (
@@ -35,6 +46,7 @@ from dependency_tracker.models.outputs import (
     JoinSummary,
 )
 from dependency_tracker.stores import PayloadBucket
+from dependency_tracker.stores.joins import JoinStore, Registration
 
 if TYPE_CHECKING:
     from tests.conftest import Aws
@@ -236,60 +248,149 @@ def test_failure_cause_is_json_within_32768_characters(aws: Aws, sent: Sent, ove
 
 # ----------------------------------------------------------------------- joins
 
+JOIN_ID = "j-limits"
+FAILED = Resolution(state=PayloadState.FAILED, error="TaskFailed")
+SUCCEEDED = Resolution(state=PayloadState.SUCCEEDED)
 
-def join_row(
-    members: list[str],
-    *,
-    quorum: int | None = None,
-    state: PayloadState = PayloadState.SUCCEEDED,
-    succeeded: list[str] | None = None,
-    failed: list[str] | None = None,
-    winner: str | None = None,
-) -> JoinItem:
-    failed = failed or []
+
+def join_header(members: list[str], quorum: int | None) -> JoinItem:
+    """The join row once every member is registered (``quorum`` None: all of them)."""
     return JoinItem(
-        payload_id=join_partition_for("j-limits"),
-        waiter_id="join",
-        join_id="j-limits",
+        payload_id=join_partition_for(JOIN_ID),
+        waiter_id=JOIN_ROW_KEY,
+        join_id=JOIN_ID,
         task_token="tok-join",
-        quorum=len(members) if quorum is None else quorum,
+        quorum=quorum,
         total=len(members),
-        members=members,
-        succeeded=members if succeeded is None else succeeded,
-        failed=failed,
-        failures={m: MemberFailure(state=PayloadState.FAILED, error="TaskFailed") for m in failed},
-        winner=winner,
-        workflow_state=state,
-        error="QuorumUnreachable" if state is PayloadState.FAILED else None,
+        registered=len(members),
         created_at=NOW,
         updated_at=NOW,
-        resolved_at=NOW,
     )
+
+
+def expected_summary(
+    members: list[str],
+    ended: dict[str, Resolution],
+    *,
+    quorum: int | None = None,
+    winner: str | None = None,
+) -> JoinSummary:
+    """The full summary of a join whose members ended as ``ended`` says (the rest pending)."""
+    succeeded = sum(1 for r in ended.values() if r.state is PayloadState.SUCCEEDED)
+    failed = len(ended) - succeeded
+    header = join_header(members, quorum).model_copy(update={"winner": winner})
+    outcomes = [
+        MemberOutcome(payload_id=m, state=ended[m].state, error=ended[m].error)
+        if m in ended
+        else MemberOutcome(payload_id=m)
+        for m in members
+    ]
+    counts = JoinCounts(
+        succeeded=succeeded, failed=failed, pending=len(members) - succeeded - failed
+    )
+    return JoinSummary.of(header, counts, outcomes)
+
+
+def stored_join(
+    aws: Aws,
+    members: list[str],
+    ended: dict[str, Resolution],
+    *,
+    quorum: int | None = None,
+    winner: str | None = None,
+    count_each: bool = True,
+) -> JoinItem:
+    """A join stored as the flows leave it: registered in chunks, outcomes counted, decided.
+
+    Membership rows are written with their members' outcomes (as update-state leaves
+    them); each is counted as the callback flow counts it, or with ``count_each``
+    False the count shards are written at once (thousands of transactions are slow
+    in moto).
+    """
+    joins = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    header = join_header(members, quorum)
+    assert joins.create(header.model_copy(update={"total": None, "registered": 0}))
+    size = aws.settings.join_chunk_size
+    chunks = [members[i : i + size] for i in range(0, len(members), size)]
+    membership_id = membership_id_for(JOIN_ID)
+
+    def membership(member: str, index: int) -> MembershipItem:
+        resolution = ended.get(member)
+        return MembershipItem(
+            payload_id=member,
+            waiter_id=membership_id,
+            join_id=JOIN_ID,
+            chunk=index,
+            workflow_state=PayloadState.PROCESSING if resolution is None else resolution.state,
+            error=None if resolution is None else resolution.error,
+            created_at=NOW,
+            updated_at=NOW,
+            resolved_at=None if resolution is None else NOW,
+        )
+
+    for index, chunk in enumerate(chunks):
+        found = joins.register_members([membership(m, index) for m in chunk])
+        assert set(found) == {Registration.NEW}
+        last = index == len(chunks) - 1
+        assert joins.finish_chunk(
+            ChunkItem.of(JOIN_ID, index, chunk, [], NOW), chunks=len(chunks) if last else None
+        )
+    joins.set_total(JOIN_ID, len(members))
+    if count_each:
+        for index, chunk in enumerate(chunks):
+            for member in chunk:
+                if member in ended:
+                    assert joins.count(membership(member, index), ended[member], retention_days=1)
+    else:
+        shards = [
+            CountShardItem(payload_id=count_partition_for(JOIN_ID, n), join_id=JOIN_ID)
+            for n in range(JOIN_COUNT_SHARDS)
+        ]
+        for member, resolution in ended.items():
+            shard = shards[shard_of(member)]
+            if resolution.state is PayloadState.SUCCEEDED:
+                shard.succeeded += 1
+            else:
+                shard.failed += 1
+        for shard in shards:
+            aws.dynamodb.put_item(TableName=aws.dependencies.table_name, Item=shard.to_item())
+    row, succeeded, failed = joins.read(JOIN_ID)
+    assert row is not None
+    decided = row.decision(succeeded, failed)
+    assert decided is not None
+    state, error = decided
+    assert aws.dependencies.decide_join(JOIN_ID, state, error=error, winner=winner)
+    stored = aws.dependencies.get_join(JOIN_ID)
+    assert stored is not None
+    return stored
 
 
 def member_ids(count: int, length: int) -> list[str]:
     return [f"c/workflow-pass/{index:04d}-".ljust(length, "m") for index in range(count)]
 
 
-def all_of_join(summary_bytes: int) -> JoinItem:
-    """An all-of join, every member succeeded, whose full summary is exactly ``summary_bytes``."""
+def all_of_join(summary_bytes: int) -> list[str]:
+    """Members of an all-of join, every one succeeded, whose summary is ``summary_bytes``."""
     members = member_ids(32, 1000)
-    base = utf8_size(JoinSummary.of(join_row(members)).to_json())
-    members[-1] += "z" * (summary_bytes - base)
-    row = join_row(members)
-    assert utf8_size(JoinSummary.of(row).to_json()) == summary_bytes
-    return row
+
+    def size() -> int:
+        return utf8_size(expected_summary(members, dict.fromkeys(members, SUCCEEDED)).to_json())
+
+    members[-1] += "z" * (summary_bytes - size())
+    assert size() == summary_bytes
+    return members
 
 
 def test_join_summary_at_its_bound_is_sent_whole(
     aws: Aws, bucket: PayloadBucket, sent: Sent
 ) -> None:
-    row = all_of_join(MAX_JOIN_OUTPUT_BYTES)
-    aws.dependencies.register(row)
+    members = all_of_join(MAX_JOIN_OUTPUT_BYTES)
+    row = stored_join(aws, members, dict.fromkeys(members, SUCCEEDED))
     assert flow(aws, bucket).handle(row) is CallbackAction.PARENT_GONE
     ((_, params),) = sent
+    assert utf8_size(params["output"]) == MAX_JOIN_OUTPUT_BYTES
     output = json.loads(params["output"])
-    assert output["succeeded"] == row.members
+    assert output["succeeded"] == members
     assert output["counts"] == {"succeeded": 32, "failed": 0, "pending": 0}
     assert (output["failed"], output["pending"]) == ([], [])
     assert "summary_url" not in output
@@ -299,8 +400,9 @@ def test_join_summary_at_its_bound_is_sent_whole(
 def test_join_summary_one_byte_over_goes_by_summary_url(
     aws: Aws, bucket: PayloadBucket, sent: Sent
 ) -> None:
-    row = all_of_join(MAX_JOIN_OUTPUT_BYTES + 1)
-    aws.dependencies.register(row)
+    members = all_of_join(MAX_JOIN_OUTPUT_BYTES + 1)
+    ended = dict.fromkeys(members, SUCCEEDED)
+    row = stored_join(aws, members, ended)
     assert flow(aws, bucket).handle(row) is CallbackAction.PARENT_GONE
     ((_, params),) = sent
     assert utf8_size(params["output"]) <= MAX_JOIN_OUTPUT_BYTES
@@ -314,17 +416,21 @@ def test_join_summary_one_byte_over_goes_by_summary_url(
         "truncated": True,
     }
     summary = read_url(aws, url)
-    assert summary == json.loads(JoinSummary.of(row).to_json())
-    assert summary["succeeded"] == row.members
+    assert summary == json.loads(expected_summary(members, ended).to_json())
+    assert summary["succeeded"] == members
 
 
 def test_quorum_unreachable_cause_is_bounded_the_same_way(
     aws: Aws, bucket: PayloadBucket, sent: Sent
 ) -> None:
     members = member_ids(40, 1000)
-    row = join_row(members, quorum=38, state=PayloadState.FAILED, succeeded=[], failed=members[:3])
-    assert utf8_size(JoinSummary.of(row).to_json()) > MAX_JOIN_OUTPUT_BYTES
-    aws.dependencies.register(row)
+    ended = dict.fromkeys(members[:3], FAILED)
+    assert utf8_size(expected_summary(members, ended, quorum=38).to_json()) > MAX_JOIN_OUTPUT_BYTES
+    row = stored_join(aws, members, ended, quorum=38)
+    assert (row.workflow_state, row.error) == (
+        PayloadState.FAILED,
+        DependencyError.QUORUM_UNREACHABLE,
+    )
     assert flow(aws, bucket).handle(row) is CallbackAction.PARENT_GONE
     ((name, params),) = sent
     assert (name, params["error"]) == ("SendTaskFailure", "QuorumUnreachable")
@@ -334,6 +440,7 @@ def test_quorum_unreachable_cause_is_bounded_the_same_way(
     assert "failed" not in cause
     summary = read_url(aws, cause["summary_url"])
     assert [m["payload_id"] for m in summary["failed"]] == members[:3]
+    assert {m["error"] for m in summary["failed"]} == {"TaskFailed"}
     assert summary["pending"] == members[3:]
 
 
@@ -341,8 +448,7 @@ def test_either_or_does_not_list_every_pending_member(
     aws: Aws, bucket: PayloadBucket, sent: Sent
 ) -> None:
     members = member_ids(40, 1000)
-    row = join_row(members, quorum=1, succeeded=[members[7]], winner=members[7])
-    aws.dependencies.register(row)
+    row = stored_join(aws, members, {members[7]: SUCCEEDED}, quorum=1, winner=members[7])
     assert flow(aws, bucket).handle(row) is CallbackAction.PARENT_GONE
     ((_, params),) = sent
     output = json.loads(params["output"])
@@ -353,8 +459,8 @@ def test_either_or_does_not_list_every_pending_member(
 
 
 def test_join_over_its_bound_without_a_bucket_is_cut_not_sent_whole(aws: Aws, sent: Sent) -> None:
-    row = all_of_join(MAX_JOIN_OUTPUT_BYTES + 1)
-    aws.dependencies.register(row)
+    members = all_of_join(MAX_JOIN_OUTPUT_BYTES + 1)
+    row = stored_join(aws, members, dict.fromkeys(members, SUCCEEDED))
     assert flow(aws, None).handle(row) is CallbackAction.PARENT_GONE
     ((_, params),) = sent
     output = json.loads(params["output"])
@@ -364,11 +470,13 @@ def test_join_over_its_bound_without_a_bucket_is_cut_not_sent_whole(aws: Aws, se
 
 
 def test_the_real_output_limit_holds_at_1400_members(aws: Aws, bucket: PayloadBucket) -> None:
-    # GIVEN an all-of join of 1,400 members (ids of 190 bytes) whose whole summary
-    # would cross SendTaskSuccess's 262,144 bytes (built, not run: the row itself
-    # would be over DynamoDB's item limit, which tests/unit/flows covers)
-    row = join_row(member_ids(1400, 190))
-    full = JoinSummary.of(row).to_json()
+    # GIVEN an all-of join of 1,400 members (ids of 190 bytes), all succeeded, stored as
+    # the flows leave it (its rows are of constant size), whose whole summary would cross
+    # SendTaskSuccess's 262,144 bytes
+    members = member_ids(1400, 190)
+    ended = dict.fromkeys(members, SUCCEEDED)
+    row = stored_join(aws, members, ended, count_each=False)
+    full = expected_summary(members, ended).to_json()
     assert utf8_size(full) > SFN_MAX_PAYLOAD_BYTES
     # AWS (the strict layer here, on even under DEPTRACK_STRICT=0) refuses the whole summary
     with strict_limits(), pytest.raises(ClientError) as refused:
@@ -381,4 +489,5 @@ def test_the_real_output_limit_holds_at_1400_members(aws: Aws, bucket: PayloadBu
     with strict_limits(), pytest.raises(ClientError) as accepted:
         aws.sfn.send_task_success(taskToken="tok-join", output=output)
     assert accepted.value.response["Error"]["Code"] == "InvalidToken"
-    assert len(read_url(aws, json.loads(output)["summary_url"])["succeeded"]) == 1400
+    stored = read_url(aws, json.loads(output)["summary_url"])
+    assert stored == json.loads(full)

@@ -15,6 +15,7 @@ from dependency_tracker.limits import DDB_MAX_PARTITION_KEY_BYTES, utf8_size
 from dependency_tracker.local.strict import strict_limits
 from dependency_tracker.models import (
     JOIN_ROW_KEY,
+    ChunkItem,
     DependencyError,
     JoinItem,
     MembershipItem,
@@ -28,6 +29,7 @@ from dependency_tracker.models import (
     waiter_id_for,
 )
 from dependency_tracker.stores.dependency_table import MAX_REFUSAL_CAUSE_CHARS
+from dependency_tracker.stores.joins import JoinStore, Registration
 from dependency_tracker.stores.wait_edges import WaitEdges
 from tests.conftest import DEPENDENCY_TABLE, STATE_TABLE, Aws
 
@@ -145,39 +147,74 @@ def test_scans_show_whole_ids(aws: Aws, pid: str) -> None:
 
 
 def test_join_with_a_long_member(aws: Aws, pid: str) -> None:
-    now = utcnow()
-    join = JoinItem(
-        payload_id=join_partition_for("mosaic"),
-        waiter_id=JOIN_ROW_KEY,
-        join_id="mosaic",
-        task_token="tok",
-        quorum=2,
-        total=2,
-        members=[pid, "short"],
-        created_at=now,
-        updated_at=now,
-    )
-    assert aws.dependencies.register(join)
-    member = MembershipItem(
-        payload_id=pid,
-        waiter_id=membership_id_for("mosaic"),
-        join_id="mosaic",
-        created_at=now,
-        updated_at=now,
-    )
-    assert aws.dependencies.register(member)
-    (row,) = list(aws.dependencies.rows(pid))
-    assert isinstance(row, MembershipItem)
-    assert row.payload_id == pid
-    failed = Resolution(state=PayloadState.FAILED, error="Boom")
-    recorded = aws.dependencies.record_member("mosaic", pid, failed)
-    assert recorded is not None
-    assert recorded.failed == [pid]
-    assert recorded.failures[pid].error == "Boom"
-    assert aws.dependencies.decide_join("mosaic", PayloadState.FAILED)
-    stored = aws.dependencies.get_join("mosaic")
-    assert stored is not None
-    assert stored.failures[pid].error == "Boom"
+    # Under the strict layer (on whatever DEPTRACK_STRICT says): any raw long key is refused.
+    with strict_limits():
+        now = utcnow()
+        joins = JoinStore(aws.dynamodb, DEPENDENCY_TABLE)
+        assert joins.create(
+            JoinItem(
+                payload_id=join_partition_for("mosaic"),
+                waiter_id=JOIN_ROW_KEY,
+                join_id="mosaic",
+                task_token="tok",
+                quorum=2,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+
+        def member(payload_id: str, chunk: int) -> MembershipItem:
+            return MembershipItem(
+                payload_id=payload_id,
+                waiter_id=membership_id_for("mosaic"),
+                join_id="mosaic",
+                chunk=chunk,
+                created_at=now,
+                updated_at=now,
+            )
+
+        # the first chunk registers both members; a second one names the long one again
+        long_row = member(pid, 0)
+        assert joins.register_members([long_row, member("short", 0)]) == [Registration.NEW] * 2
+        assert joins.register_members([long_row]) == [Registration.OWN]  # a redelivery
+        first = ChunkItem.of("mosaic", 0, [pid, "short"], [], now)
+        assert first.members == [partition_key(pid), "short"]
+        assert joins.finish_chunk(first, chunks=None)
+        assert joins.register_members([member(pid, 1)]) == [Registration.DUPLICATE]
+        assert joins.finish_chunk(ChunkItem.of("mosaic", 1, [], [pid], now), chunks=2)
+        # the payload's rows show the membership whole, not the join's bookkeeping
+        (row,) = list(aws.dependencies.rows(pid))
+        assert isinstance(row, MembershipItem)
+        assert (row.payload_id, row.chunk) == (pid, 0)
+        # the member fails: its outcome is counted once, whatever the redeliveries
+        failed = Resolution(state=PayloadState.FAILED, error="Boom")
+        assert aws.dependencies.resolve(pid, long_row.waiter_id, failed)
+        assert joins.count(long_row, failed, retention_days=1)
+        assert not joins.count(long_row, failed, retention_days=1)
+        join, succeeded, failed_count = joins.read("mosaic")
+        assert join is not None
+        assert (join.registered, join.duplicates, join.known_total) == (2, 1, 2)
+        assert (succeeded, failed_count) == (0, 1)
+        counted = aws.dependencies.get_row(pid, long_row.waiter_id)
+        assert counted is not None
+        assert counted.notify_outcome == "COUNTED:FAILED"
+        # the summary's member list finds every membership row and gives back whole ids
+        members, duplicates = joins.members("mosaic")
+        assert [(m.payload_id, m.state, m.error) for m in members] == [
+            (pid, PayloadState.FAILED, "Boom"),
+            ("short", None, None),
+        ]
+        assert duplicates == [partition_key(pid)]
+        assert join.decision(succeeded, failed_count) == (
+            PayloadState.FAILED,
+            DependencyError.QUORUM_UNREACHABLE,
+        )
+        assert aws.dependencies.decide_join(
+            "mosaic", PayloadState.FAILED, error=DependencyError.QUORUM_UNREACHABLE
+        )
+        stored = aws.dependencies.get_join("mosaic")
+        assert stored is not None
+        assert stored.workflow_state is PayloadState.FAILED
 
 
 def test_edges_add_follow_and_refuse(aws: Aws, pid: str) -> None:
@@ -229,7 +266,7 @@ def test_a_join_refused_over_long_ids_records_them_in_key_form(aws: Aws, pid: st
             task_token="tok",
             quorum=1,
             total=1,
-            members=[pid],
+            registered=1,
             created_at=now,
             updated_at=now,
         )
