@@ -220,7 +220,7 @@ def test_every_interleaving_of_a_join_registration_and_update_state(
             "join": {"task_token": f"join-{model.id}"},
             "payloads": [model.model_dump(mode="json")],
         }
-        joined = JoinMessage.model_validate({"join": body["join"], "payloads": body["payloads"]})
+        joined = JoinMessage.from_document(body, message_id=None, load_url=None)
         flows = {
             "process": lambda: harness.process_flow("process").handle(joined),
             "update": lambda: harness.update_flow("update").handle(ending(change, final)),

@@ -134,7 +134,8 @@ class JoinRegistration:
             created_at=now,
             updated_at=now,
         )
-        if not self.joins.create(row):
+        fresh = self.joins.create(row)
+        if not fresh:
             existing = self.joins.get(join_id)
             if existing is not None and existing.task_token != token:
                 raise InvalidMessageError(
@@ -143,7 +144,8 @@ class JoinRegistration:
                     error_name=DependencyError.INVALID_JOIN,
                 )
             row = existing or row  # a redelivery: carry on, every step is idempotent
-        return self._run(row, 0, payloads, rest, message.message_id)
+        # A join created just now has no chunk and no decision yet: nothing to check.
+        return self._run(row, 0, payloads, rest, message.message_id, checked=fresh)
 
     def resume(self, message: JoinChunkMessage) -> bool:
         """Register chunk ``index`` of a join from its member list; False if refused.
@@ -168,7 +170,7 @@ class JoinRegistration:
                 raise
             self._invalid(join, exc.reason)
             return True
-        return self._run(join, chunk.index, payloads, rest, message.message_id)
+        return self._run(join, chunk.index, payloads, rest, message.message_id, checked=True)
 
     # ------------------------------------------------------------------ steps
 
@@ -234,10 +236,13 @@ class JoinRegistration:
         payloads: list[ProcessPayload],
         rest: Position | None,
         message_id: str | None,
+        *,
+        checked: bool = False,
     ) -> bool:
         while True:
-            if self._stopped(join, index):
+            if not checked and self._stopped(join, index):
                 return True
+            checked = False
             if rest is not None and self._continues():
                 self._send_next(join.join_id, index + 1, rest)
                 return self._register(join, index, payloads, last=False, message_id=message_id)
@@ -348,7 +353,9 @@ class JoinRegistration:
             extra={"chunk": index, "members": len(own), "last": last, "actions": actions},
         )
         metrics.add_metric(name="JoinChunksRegistered", unit=MetricUnit.Count, value=1)
-        self._check_decision(join.join_id)
+        if last and join.total is None:
+            # n is known only now; with n known from the start, the counts decide alone.
+            self._check_decision(join.join_id)
         return True
 
     def _check_decision(self, join_id: str) -> None:
