@@ -30,6 +30,7 @@ DEFAULT_CYCLE_DEPTH = 10
 # Members a join registers per invocation: one BatchGetItem of their states (100
 # keys at most) and, at worst, 100 starts, well inside a 60-second Lambda.
 DEFAULT_JOIN_CHUNK_SIZE = 100
+MAX_JOIN_CHUNK_SIZE = 100  # BatchGetItem's 100 keys
 
 
 class Settings(BaseModel, frozen=True):
@@ -61,7 +62,7 @@ class Settings(BaseModel, frozen=True):
     claim_lease_seconds: int = Field(default=86_400, ge=1)
     process_queue_url: str | None = None
     cycle_depth: int = Field(default=DEFAULT_CYCLE_DEPTH, ge=0)
-    join_chunk_size: int = Field(default=DEFAULT_JOIN_CHUNK_SIZE, ge=1, le=100)
+    join_chunk_size: int = Field(default=DEFAULT_JOIN_CHUNK_SIZE, ge=1, le=MAX_JOIN_CHUNK_SIZE)
 
     @classmethod
     def from_env(cls, **overrides: object) -> Self:
@@ -87,6 +88,8 @@ class Settings(BaseModel, frozen=True):
             if number:
                 if not number.isdigit() or int(number) < 1:
                     raise ConfigurationError(variable, "must be a positive integer")
+                if field == "join_chunk_size" and int(number) > MAX_JOIN_CHUNK_SIZE:
+                    raise ConfigurationError(variable, f"must be at most {MAX_JOIN_CHUNK_SIZE}")
                 values[field] = int(number)
         depth = os.getenv(ENV_CYCLE_DEPTH)
         if depth:

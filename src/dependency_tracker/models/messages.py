@@ -273,7 +273,15 @@ def _inline_payloads(
             raise invalid(f"{where}: expected a JSON object")
         if _is_reference(raw):
             continue
-        payload = _payload(raw, where, token)
+        try:
+            payload = _payload(raw, where, token)
+        except InvalidMessageError as exc:
+            raise InvalidMessageError(
+                exc.reason,
+                task_token=token,
+                payload_id=exc.payload_id,
+                error_name=DependencyError.INVALID_JOIN,
+            ) from exc
         if payload.id in seen:
             duplicates.append(payload.id)
             continue

@@ -307,13 +307,6 @@ def test_a_join_closing_a_cycle_is_refused_before_any_member_starts(
 
 
 @pytest.mark.usefixtures("workflows")
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "JoinRegistration._run stops at _stopped() for a decided join before _refuse() "
-        "can tell a refused redelivery apart: it counts JOINED (flows/joins/registration.py)"
-    ),
-)
 def test_a_redelivered_refused_join_is_counted_refused(aws: Aws) -> None:
     # GIVEN A (running) waits on B, and B's join on {C, A} was refused
     handle(aws, json.dumps(payload("a")))

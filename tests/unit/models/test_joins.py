@@ -134,11 +134,6 @@ def test_duplicates_are_counted_once_and_reported() -> None:
             ),
             r"payloads\[0\]",
             id="bad-member",
-            # src/dependency_tracker/models/messages.py _inline_payloads calls _payload
-            # unwrapped: the error is DependencyInvalid, not InvalidJoin (see the report)
-            marks=pytest.mark.xfail(
-                strict=True, reason="an invalid inline member is not reported as InvalidJoin"
-            ),
         ),
         pytest.param(
             json.dumps(

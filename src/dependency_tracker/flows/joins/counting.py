@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from dependency_tracker.keys import partition_key
 from dependency_tracker.models import DependencyError, PayloadState
 from dependency_tracker.observability import logger, metrics
 
@@ -92,7 +93,8 @@ def decide_if_settled(
         join.join_id,
         state,
         error=error,
-        winner=winner if first_success else None,
+        # In its key form: the join row stays small whatever the id's length.
+        winner=partition_key(winner) if first_success and winner is not None else None,
         cause=cause,
     ):
         return False

@@ -241,7 +241,8 @@ class JoinRegistration:
     ) -> bool:
         while True:
             if not checked and self._stopped(join, index):
-                return True
+                # A redelivered join refused as a cycle is still a refusal.
+                return join.error != DependencyError.CYCLE
             checked = False
             if rest is not None and self._continues():
                 self._send_next(join.join_id, index + 1, rest)
