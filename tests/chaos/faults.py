@@ -153,12 +153,7 @@ class FaultInjector:
         writes = WRITE_OPERATIONS.get(service, frozenset())
         if operation in writes:
             kinds.append("crash")
-        if (
-            service == "dynamodb"
-            and operation in CONDITIONAL_OPERATIONS
-            and "ConditionExpression" in params
-            and self.twin is not None
-        ):
+        if service == "dynamodb" and _conditional(operation, params) and self.twin is not None:
             kinds.append("conditional_race")
         if service == "sfn" and operation in SEND_OPERATIONS:
             kinds.extend(PARENT_GONE_KINDS)
@@ -242,6 +237,17 @@ class FaultInjector:
     def summary(self) -> dict[str, int]:
         """Faults injected so far, by kind (every kind listed)."""
         return {kind: self.injected.get(kind, 0) for kind in ALL_KINDS}
+
+
+def _conditional(operation: str, params: dict[str, Any]) -> bool:
+    """A write with a condition a twin's identical write can make fail (joins' transactions too)."""
+    if operation == "TransactWriteItems":
+        return any(
+            "ConditionExpression" in op
+            for entry in params.get("TransactItems", [])
+            for op in entry.values()
+        )
+    return operation in CONDITIONAL_OPERATIONS and "ConditionExpression" in params
 
 
 def _snake(operation: str) -> str:
