@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dependency_tracker import clients, settings
+from dependency_tracker.keys import partition_key
 from dependency_tracker.models import (
     DependencyError,
     JoinItem,
@@ -38,12 +39,13 @@ from dependency_tracker.models import (
     WaiterItem,
     edge_id_for,
     edge_partition_for,
-    is_edge_item,
+    is_bookkeeping_item,
     join_partition_for,
     membership_id_for,
     row_from_item,
     waiter_id_for,
 )
+from dependency_tracker.stores.joins import JoinStore
 from dependency_tracker.tokens import token_hash
 from tests.chaos.faults import Crash, FakeParents, FaultInjector, Sent, running
 from tests.conftest import PASS_WORKFLOW, PREFIX, Aws, payload, payload_id
@@ -52,7 +54,7 @@ from tests.harness import Pumps, managed_running, queue_empty
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dependency_tracker.models import PayloadStateItem
+    from dependency_tracker.models import MemberOutcome, PayloadStateItem
 
 DEFAULT_RATES = {
     "throttle": 0.02,
@@ -462,6 +464,8 @@ class ChaosRun:
         invariants["parents resumed exactly once, right outcome" + suffix] = self._resumes()
         invariants["no PROCESSING waiter on a terminal payload" + suffix] = self._waiters(report)
         invariants["never two live executions per payload" + suffix] = self._executions()
+        joins = "joins decided once, each member outcome counted once"
+        invariants[joins + suffix] = self._joins(report)
         invariants["dependency cycles: one of each refused, nothing else sent" + suffix] = (
             self._cycles(report)
         )
@@ -668,9 +672,14 @@ class ChaosRun:
             problems.append(f"cycle named {named}, expected {expected}")
         return problems
 
+    @property
+    def joins(self) -> JoinStore:
+        return JoinStore(self.aws.dynamodb, self.aws.dependencies.table_name)
+
     def _ring_row(self, parent: Parent, ring: Ring) -> WaiterItem | JoinItem | None:
         if parent.quorum is not None:
-            return self.aws.dependencies.get_join(token_hash(parent.token))
+            join, _, _ = self.joins.read(token_hash(parent.token))
+            return join
         return self.aws.dependencies.get(
             ring.waits_on(parent.position), waiter_id_for(parent.token)
         )
@@ -749,8 +758,8 @@ class ChaosRun:
         while True:
             page = self.aws.dynamodb.scan(**scan)
             for item in page.get("Items", []):
-                if is_edge_item(item):
-                    continue  # a wait edge (cycle check), not a waiter row
+                if is_bookkeeping_item(item):
+                    continue  # a wait edge (cycle check) or a join's count shard or chunk row
                 row = row_from_item(item)
                 if row.waiter_id in dead_rows or row.payload_id in dead_joins:
                     report.counts["rows_left_for_redrive"] += 1
@@ -798,6 +807,88 @@ class ChaosRun:
                     f"{state.payload_id}: attempt {state.attempt}, {runs_of} executions"
                 )
         return problems
+
+    def _joins(self, report: Report) -> list[str]:
+        """Each join's row decided once, as its members' outcomes say; each outcome counted once.
+
+        Read as the tracker keeps a join: its constant-size row and count shards
+        (``JoinStore.read``), its chunk and membership rows (``JoinStore.members``).
+        The shards' sums must equal the members whose membership row is terminal,
+        outcome by outcome, and each such row must be marked counted with its own
+        state (the mark and the shard's add are one transaction, so a member marked
+        once was added once). A parent whose message is in the DLQ is left for the
+        redrive; a ring's join is checked for its counts only (its outcome: _cycles).
+        """
+        problems: list[str] = []
+        joins = self.joins
+        dead = self.dead_tokens
+        checked = counted = 0
+        for parent in self.parents:
+            if parent.quorum is None or parent.token in dead:
+                continue
+            join_id = token_hash(parent.token)
+            label = f"join {join_id[:12]}... on {parent.members} (quorum {parent.quorum})"
+            join, succeeded, failed = joins.read(join_id)
+            if join is None:
+                if parent.ring is None:
+                    problems.append(f"{label}: no join row")
+                continue
+            checked += 1
+            outcomes, duplicates = joins.members(join_id)
+            ended = [outcome for outcome in outcomes if outcome.state is not None]
+            wins = sum(outcome.state is PayloadState.SUCCEEDED for outcome in ended)
+            if (succeeded, failed) != (wins, len(ended) - wins):
+                problems.append(
+                    f"{label}: shards count {succeeded} succeeded, {failed} failed; membership "
+                    f"rows {wins} succeeded, {len(ended) - wins} failed"
+                )
+            for outcome in ended:
+                marked = self._count_mark(outcome.payload_id, join_id)
+                if marked != f"COUNTED:{outcome.state}":
+                    problems.append(
+                        f"{label}: {outcome.payload_id} ended {outcome.state}, {marked}"
+                    )
+            counted += len(ended)
+            if parent.ring is None:
+                problems += [f"{label}: {p}" for p in self._join_outcome(parent, join, outcomes)]
+                if duplicates:
+                    problems.append(f"{label}: duplicates {duplicates}")
+        report.counts.update(joins_checked=checked, join_members_counted=counted)
+        return problems
+
+    def _join_outcome(
+        self, parent: Parent, join: JoinItem, outcomes: list[MemberOutcome]
+    ) -> list[str]:
+        """A (non-ring) join: every member registered and ended as it runs, decided as expected."""
+        problems: list[str] = []
+        expected = [partition_key(self._pid(member)) for member in parent.members]
+        if [outcome.payload_id for outcome in outcomes] != expected:
+            problems.append(f"members {[o.payload_id for o in outcomes]}, not {expected}")
+        if (join.registered, join.known_total) != (len(expected), len(expected)):
+            problems.append(f"registered {join.registered} of {join.known_total}")
+        wins = {partition_key(self._pid(m)) for m in parent.members if self.deps[m] in WINS}
+        for outcome in outcomes:
+            should = outcome.payload_id in wins
+            if outcome.state is None or (outcome.state is PayloadState.SUCCEEDED) != should:
+                problems.append(f"member {outcome.payload_id} ended {outcome.state}")
+        state = PayloadState.SUCCEEDED if parent.expected_error is None else PayloadState.FAILED
+        if (join.workflow_state, join.error) != (state, parent.expected_error):
+            problems.append(f"decided {join.workflow_state} {join.error}, expected {state}")
+        if join.notified_at is None:
+            problems.append("decided, never notified")
+        return problems
+
+    def _count_mark(self, key: str, join_id: str) -> str | None:
+        """``notify_outcome`` of a membership row (``COUNTED:<state>`` once counted)."""
+        found = self.aws.dynamodb.get_item(
+            TableName=self.aws.dependencies.table_name,
+            Key={"payload_id": {"S": key}, "waiter_id": {"S": membership_id_for(join_id)}},
+            ConsistentRead=True,
+        ).get("Item")
+        if found is None:
+            return "no membership row"
+        mark = found.get("notify_outcome", {}).get("S")
+        return str(mark) if mark is not None else None
 
     def _messages(self, report: Report) -> list[str]:
         while True:
