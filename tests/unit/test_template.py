@@ -1470,6 +1470,11 @@ def untaken_paths(bucket: str, parent_map: str, parent_join: str) -> list[tuple[
         "join": {"task_token": "wide-join", "parent_execution": parent_join},
         "payloads": members,
     }
+    # a member by reference: n is known only once the last chunk is read
+    by_reference = {
+        "join": {"task_token": "ref-join", "parent_execution": parent_join},
+        "payloads": [simulated("e"), simulated("f"), {"url": f"s3://{bucket}/p/d.json"}],
+    }
     x_id, y_id = (ProcessPayload.model_validate(simulated(n)).id for n in ("x", "y"))
     x_waits = {**simulated("y"), "callback": {**late, "task_token": "x", "waiter_payload_id": x_id}}
     y_waits = {**simulated("x"), "callback": {**late, "task_token": "y", "waiter_payload_id": y_id}}
@@ -1480,6 +1485,7 @@ def untaken_paths(bucket: str, parent_map: str, parent_join: str) -> list[tuple[
         (huge, "huge-input"),
         (huge_chain, "huge-chain"),
         (wide, "wide-join"),
+        (by_reference, "ref-join"),
         ({**simulated("a"), "callback": late}, "late-waiter"),
         ({"process": [{"workflow": "simulate"}], "callback": {"task_token": "bad"}}, "bad"),
         (join, "join"),

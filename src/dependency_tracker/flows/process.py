@@ -46,7 +46,6 @@ from dependency_tracker.models import (
 from dependency_tracker.observability import logger, metrics, redact_token
 from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
 from dependency_tracker.stores.joins import JoinStore
-from dependency_tracker.stores.manifest import ManifestReader
 from dependency_tracker.stores.wait_edges import WaitEdges
 from dependency_tracker.text import clip
 
@@ -56,6 +55,7 @@ if TYPE_CHECKING:
 
     from dependency_tracker.models import PayloadStateItem
     from dependency_tracker.settings import Settings
+    from dependency_tracker.stores.manifest import ManifestReader
 
 # Each round re-reads after a lost conditional write; a few suffice, since a
 # lost race always means the item moved forward.
@@ -127,7 +127,7 @@ class ProcessFlow:
             dependencies=dependencies,
             states=states,
             bucket=bucket,
-            manifests=manifests or ManifestReader(bucket.client),
+            manifests=manifests,
             cycles=self.cycles,
             starter=self,
             chunk_size=settings.join_chunk_size,

@@ -109,7 +109,7 @@ def test_join_edges_run_parent_to_join_to_pending_members() -> None:
         ("join:j1", "payload:m3"),
         ("payload:parent", "join:j1"),
     ]
-    assert graph.nodes["join:j1"].label == "join j1: 1 of 2 needed"
+    assert graph.nodes["join:j1"].label == "join j1: 2 of 3 needed"
     assert graph.find("j1") is graph.nodes["join:j1"]
 
 

@@ -41,7 +41,7 @@ from dependency_tracker.models import (
 from dependency_tracker.models.messages import read_members
 from dependency_tracker.observability import logger, metrics, redact_token
 from dependency_tracker.stores.joins import Registration
-from dependency_tracker.stores.manifest import manifest_text
+from dependency_tracker.stores.manifest import ManifestReader, manifest_text
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
     from dependency_tracker.models import PayloadStateItem, ProcessPayload
     from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
     from dependency_tracker.stores.joins import JoinStore
-    from dependency_tracker.stores.manifest import ManifestReader
 
 # Key prefix, in the payload bucket, of inline member lists too long for one chunk.
 JOIN_MEMBERS_PREFIX = "joins"
@@ -90,7 +89,7 @@ class JoinRegistration:
         dependencies: DependencyTable,
         states: StateTable,
         bucket: PayloadBucket,
-        manifests: ManifestReader,
+        manifests: ManifestReader | None,
         cycles: CycleGuard,
         starter: MemberStarter,
         chunk_size: int,
@@ -216,6 +215,8 @@ class JoinRegistration:
     def _read_at(
         self, position: Position, first_index: int, token: str | None
     ) -> tuple[list[ProcessPayload], Position | None]:
+        if self._manifests is None:  # built on first use: most joins never read one
+            self._manifests = ManifestReader(self._bucket.client)
         piece = self._manifests.read(position.url, offset=position.offset, limit=self.chunk_size)
         payloads = read_members(
             piece.entries,
