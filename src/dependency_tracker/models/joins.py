@@ -140,11 +140,13 @@ class CountShardItem(TableItem):
 
 
 class ChunkItem(TableItem):
-    """A registered chunk of a join's members, written once (it makes a chunk idempotent).
+    """A chunk of a join's members: listed before they are registered, recorded once after.
 
-    ``members`` are the partition keys of the members this chunk registered
-    (duplicates of earlier members left out), in manifest order; with the join
-    id they name the membership rows.
+    ``members`` are the partition keys of the chunk's distinct members in
+    manifest order, written before any of them is registered (a member another
+    chunk registered first may appear in both; readers keep the first listing);
+    with the join id they name the membership rows. ``recorded`` is set, once,
+    in the transaction that adds the chunk's members to the join's counts.
     """
 
     payload_id: str  # join_partition_for(join_id)
@@ -153,6 +155,7 @@ class ChunkItem(TableItem):
     index: int
     members: list[str] = Field(default_factory=list)
     duplicates: list[str] = Field(default_factory=list)  # key forms too
+    recorded: bool = False  # its members are counted on the join row
     created_at: datetime
 
     @classmethod

@@ -106,12 +106,25 @@ class JoinStore:
             return Registration.OWN
         return Registration.DUPLICATE
 
-    def finish_chunk(self, chunk: ChunkItem, *, chunks: int | None) -> bool:
-        """Record a registered chunk and add its members to the join, exactly once.
+    def start_chunk(self, chunk: ChunkItem) -> None:
+        """Write a chunk's member list before any of its members is registered or started.
 
-        One transaction: the chunk row (only if absent) and the join row's
-        ``registered``/``registered_chunks``/``duplicates`` counts (``chunks``
-        set when this is the last chunk). False when the chunk was recorded before.
+        The summary lists members from chunk rows, so a join decided by this
+        chunk's members (before the chunk is finished, or if it never is) still
+        names them. A redelivery keeps the row written first.
+        """
+        item = chunk.to_item()
+        item["expiration_time"] = {"N": str(_bookkeeping_expiry(chunk.created_at))}
+        put_if_absent(self._client, self.table_name, item, "waiter_id")
+
+    def finish_chunk(self, chunk: ChunkItem, *, chunks: int | None) -> bool:
+        """Mark a registered chunk recorded and add its members to the join, exactly once.
+
+        One transaction: the chunk row marked ``recorded`` (only if it was not;
+        created with ``chunk.members`` when :meth:`start_chunk` did not run) and the
+        join row's ``registered``/``registered_chunks``/``duplicates`` counts
+        (``chunks`` set when this is the last chunk). ``chunk.members`` are the
+        members this chunk registered. False when the chunk was recorded before.
         """
         now = utcnow()
         sets = "updated_at = :now" + (", chunks = :chunks" if chunks is not None else "")
@@ -124,16 +137,36 @@ class JoinStore:
         if chunks is not None:
             plain["chunks"] = chunks
         join_key = key_attributes(payload_id=join_partition_for(chunk.join_id), waiter_id="join")
-        item = chunk.to_item()
-        item["expiration_time"] = {"N": str(_bookkeeping_expiry(now))}
+        row = chunk.to_item()
         try:
             self._client.transact_write_items(
                 TransactItems=[
                     {
-                        "Put": {
+                        "Update": {
                             "TableName": self.table_name,
-                            "Item": item,
-                            "ConditionExpression": "attribute_not_exists(waiter_id)",
+                            "Key": {"payload_id": row["payload_id"], "waiter_id": row["waiter_id"]},
+                            "UpdateExpression": (
+                                "SET recorded = :true, join_id = :join, #index = :index, "
+                                "members = if_not_exists(members, :list), duplicates = :repeated, "
+                                "created_at = if_not_exists(created_at, :now), "
+                                "expiration_time = if_not_exists(expiration_time, :expires)"
+                            ),
+                            "ConditionExpression": (
+                                "attribute_not_exists(recorded) OR recorded = :false"
+                            ),
+                            "ExpressionAttributeNames": {"#index": "index"},
+                            "ExpressionAttributeValues": {
+                                **values(
+                                    true=True,
+                                    false=False,
+                                    join=chunk.join_id,
+                                    index=chunk.index,
+                                    now=now,
+                                    expires=_bookkeeping_expiry(now),
+                                ),
+                                ":list": row.get("members", {"L": []}),
+                                ":repeated": row.get("duplicates", {"L": []}),
+                            },
                         }
                     },
                     {
@@ -267,8 +300,12 @@ class JoinStore:
         """
         keys: list[str] = []
         duplicates: list[str] = []
+        seen: set[str] = set()
         for chunk in self._chunks(join_id):
-            keys.extend(chunk.members)
+            # A chunk lists its members before it knows which are duplicates of another
+            # chunk's: the first listing wins.
+            keys.extend(key for key in chunk.members if key not in seen)
+            seen.update(chunk.members)
             duplicates.extend(chunk.duplicates)
         membership = membership_id_for(join_id)
         requests = [

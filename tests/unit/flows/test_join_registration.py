@@ -391,3 +391,33 @@ def test_racing_counts_and_the_last_chunk_decide_the_join_exactly_once(
     assert (succeeded, failed, join.known_total) == (6, 0, 6)
     assert join.workflow_state is PayloadState.SUCCEEDED
     assert decided.count(True) == 1
+
+
+def test_a_join_decided_before_its_chunk_is_recorded_still_names_its_members(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a join whose only chunk died after starting its members, before recording itself
+    real = JoinStore.finish_chunk
+    calls = {"n": 0}
+
+    def dies_once(self: JoinStore, *args: Any, **kwargs: Any) -> bool:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("the Lambda died after starting the members")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(JoinStore, "finish_chunk", dies_once)
+    body = join_body("named", ["n0", "n1"])
+    with pytest.raises(RuntimeError):
+        harness.send(body)
+    # WHEN both members end (n = 2 is known from the message: the counts decide it)
+    harness.finish("named", "n0", PayloadState.SUCCEEDED)
+    harness.finish("named", "n1", PayloadState.SUCCEEDED)
+    join, _, _ = harness.row("named")
+    assert join.workflow_state is PayloadState.SUCCEEDED
+    # THEN the summary lists them, before and after the redelivery
+    for _ in range(2):
+        summary = json.loads(harness.callback.join_output(join))
+        assert summary["succeeded"] == [payload_id("n0"), payload_id("n1")]
+        assert summary["counts"] == {"succeeded": 2, "failed": 0, "pending": 0}
+        harness.send(body)

@@ -268,7 +268,8 @@ class JoinRegistration:
             logger.info("join already decided: chunk not registered", extra={"chunk": index})
             metrics.add_metric(name="JoinChunksSkipped", unit=MetricUnit.Count, value=1)
             return True
-        if self.joins.chunk(join.join_id, index) is not None:
+        chunk = self.joins.chunk(join.join_id, index)
+        if chunk is not None and chunk.recorded:
             logger.info("chunk already registered", extra={"chunk": index})
             return True
         return False
@@ -315,6 +316,9 @@ class JoinRegistration:
             if cycle is not None and self._refuse(join.join_id, cycle):
                 return False
         now = utcnow()
+        # Listed before any member is registered: a decision its members bring about
+        # before the chunk is finished still names them in the summary.
+        self.joins.start_chunk(ChunkItem.of(join.join_id, index, list(distinct), [], now))
         rows = [
             MembershipItem(
                 payload_id=member,
