@@ -21,7 +21,7 @@ from dependency_tracker.handlers import callback as callback_handler
 from dependency_tracker.handlers import process as process_handler
 from dependency_tracker.handlers import update_state as update_state_handler
 from dependency_tracker.local.context import LocalContext
-from dependency_tracker.local.moto_costs import cheap_transactions
+from dependency_tracker.local.moto_costs import aws_like_costs
 from dependency_tracker.local.strict import strict_limits
 from dependency_tracker.local.strict import wanted as strict_wanted
 from dependency_tracker.models import PayloadState, PayloadStateItem, ProcessPayload
@@ -208,7 +208,7 @@ def aws(aws_env: None) -> Iterator[Aws]:
     """
     strict = strict_limits() if strict_wanted() else contextlib.nullcontext()
     with (
-        cheap_transactions(),
+        aws_like_costs(),
         strict,
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
     ):

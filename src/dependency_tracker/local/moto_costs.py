@@ -1,10 +1,16 @@
 """Where moto's cost grows with the table and AWS's does not: patched for local runs.
 
+Queries: moto answers a table ``Query`` by listing and sorting every item of the
+table, then keeping the queried partition's (O(table) per query: resolving the
+waiters of n join members became O(n²) locally). While :func:`aws_like_costs`
+is active, a query on a table's own key looks at its partition only; the items
+it keeps, and their order, are the same.
+
 moto backs up every table a ``TransactWriteItems`` touches with ``copy.deepcopy``
 before applying it, so each transaction costs time in the size of the whole
 table: counting n join members one transaction each becomes O(n²) locally,
 while on AWS a transaction costs the same whatever the table holds. While
-:func:`cheap_transactions` is active, a transaction backs up only the items it
+:func:`aws_like_costs` is active, a transaction backs up only the items it
 touches and puts them back if it is cancelled, which is what moto's table copy
 achieves, without the copy. Semantics are moto's own: the same checks, the same
 errors, the same all-or-nothing outcome.
@@ -36,6 +42,9 @@ _transactions = threading.Lock()
 _depth = 0
 _original: Callable[..., None] | None = None
 _original_copy_module: Any = None
+_original_query: Callable[..., Any] | None = None
+_original_all_items: Callable[..., Any] | None = None
+_partition = threading.local()
 
 
 class _NoTableCopies:
@@ -115,16 +124,50 @@ def _transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, 
             raise
 
 
+def _query(self: Table, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+    assert _original_query is not None  # noqa: S101 (installed before use)
+    # moto's backend passes index_name as the 8th positional argument.
+    index_name = args[6] if len(args) > 6 else kwargs.get("index_name")
+    if index_name is not None or hash_key is None:
+        return _original_query(self, hash_key, *args, **kwargs)
+    _partition.key = (id(self), hash_key)
+    try:
+        return _original_query(self, hash_key, *args, **kwargs)
+    finally:
+        _partition.key = None
+
+
+def _all_items(self: Table) -> list[Any]:
+    assert _original_all_items is not None  # noqa: S101 (installed before use)
+    key = getattr(_partition, "key", None)
+    if key is None or key[0] != id(self) or not self.range_key_attr:
+        return _original_all_items(self)  # type: ignore[no-any-return]
+    # The queried partition only (moto keeps just those items anyway), in key order.
+    partition = self.items.get(key[1]) or {}
+    for _ in range(100):
+        try:
+            items = list(partition.values())
+            break
+        except RuntimeError:  # another thread wrote to the partition meanwhile: read again
+            continue
+    else:
+        return _original_all_items(self)  # type: ignore[no-any-return]
+    return sorted(items, key=lambda item: item.range_key)
+
+
 @contextlib.contextmanager
-def cheap_transactions() -> Iterator[None]:
-    """Within the block, moto's ``TransactWriteItems`` copies items, not tables (re-entrant)."""
-    global _depth, _original, _original_copy_module  # noqa: PLW0603 (one patch per process)
+def aws_like_costs() -> Iterator[None]:
+    """Within the block, moto's transactions and queries cost what AWS's do (re-entrant)."""
+    global _depth, _original, _original_copy_module, _original_query, _original_all_items  # noqa: PLW0603 (one patch per process)
     with _lock:
         if _depth == 0:
             _original = DynamoDBBackend.transact_write_items
             _original_copy_module = dynamodb_models.copy  # type: ignore[attr-defined]
             dynamodb_models.copy = _NoTableCopies  # type: ignore[attr-defined,assignment]
             DynamoDBBackend.transact_write_items = _transact_write_items  # type: ignore[method-assign]
+            _original_query, _original_all_items = Table.query, Table.all_items
+            Table.query = _query  # type: ignore[method-assign]
+            Table.all_items = _all_items  # type: ignore[method-assign]
         _depth += 1
     try:
         yield
@@ -134,3 +177,5 @@ def cheap_transactions() -> Iterator[None]:
             if _depth == 0:
                 DynamoDBBackend.transact_write_items = _original  # type: ignore[method-assign,assignment]
                 dynamodb_models.copy = _original_copy_module  # type: ignore[attr-defined]
+                Table.query = _original_query  # type: ignore[method-assign,assignment]
+                Table.all_items = _original_all_items  # type: ignore[method-assign,assignment]

@@ -15,7 +15,7 @@ from moto import mock_aws
 
 from dependency_tracker import clients, definitions, limits, settings
 from dependency_tracker.handlers import callback, process, update_state
-from dependency_tracker.local.moto_costs import cheap_transactions
+from dependency_tracker.local.moto_costs import aws_like_costs
 from dependency_tracker.local.pumps import ExecutionPump, SqsPump, StreamPump
 from dependency_tracker.local.runner import Invoker, PumpRunner, ThreadRoutedStdout
 from dependency_tracker.local.server import MotoServer
@@ -155,7 +155,7 @@ class LocalStack:
             _MOTO_SFN_LOGGER.propagate = False
         self._strict_block = contextlib.ExitStack()
         # Not a limit: moto's transactions would otherwise copy whole tables.
-        self._strict_block.enter_context(cheap_transactions())
+        self._strict_block.enter_context(aws_like_costs())
         if self.strict:
             self._strict_block.enter_context(strict_limits())
         try:
