@@ -41,8 +41,13 @@ def chaos(
     parents: int,
     dependencies: int,
 ) -> None:
-    # Chaining publishes the next step to the process queue.
+    # Chaining publishes the next step to the process queue; joins register two members
+    # per invocation and carry on through it too (their member lists go to the bucket),
+    # so every chunk's writes meet the faults.
     monkeypatch.setenv(settings.ENV_PROCESS_QUEUE_URL, aws.queue_url)
+    monkeypatch.setenv(settings.ENV_JOIN_CHUNK_SIZE, "2")
+    aws.s3.create_bucket(Bucket=CHAOS_BUCKET)
+    monkeypatch.setenv(settings.ENV_PAYLOAD_BUCKET, CHAOS_BUCKET)
     settings.get_settings.cache_clear()
     intensity = float(os.environ.get("DEPTRACK_CHAOS_INTENSITY", "1"))
     rates = {kind: rate * intensity for kind, rate in DEFAULT_RATES.items()}
@@ -54,6 +59,8 @@ def chaos(
     assert sum(report.faults.values()) > 0
     assert report.ok, report.render()
 
+
+CHAOS_BUCKET = "deptrack-chaos-payloads"
 
 @pytest.mark.usefixtures("workflows")
 def test_small_chaos_run(

@@ -263,14 +263,20 @@ class JoinRegistration:
                 return True
 
     def _stopped(self, join: JoinItem, index: int) -> bool:
-        """True when chunk ``index`` has nothing left to do."""
-        if join.workflow_state is not PayloadState.PROCESSING:
-            logger.info("join already decided: chunk not registered", extra={"chunk": index})
-            metrics.add_metric(name="JoinChunksSkipped", unit=MetricUnit.Count, value=1)
-            return True
+        """True when chunk ``index`` has nothing left to do.
+
+        A decided join registers no new chunk. A chunk it had begun (listed, maybe
+        some membership rows written) is finished all the same: a membership row
+        written is a promise to read its member's state (the ordering rule), or a
+        member that had already ended would leave its row waiting for good.
+        """
         chunk = self.joins.chunk(join.join_id, index)
         if chunk is not None and chunk.recorded:
             logger.info("chunk already registered", extra={"chunk": index})
+            return True
+        if join.workflow_state is not PayloadState.PROCESSING and chunk is None:
+            logger.info("join already decided: chunk not registered", extra={"chunk": index})
+            metrics.add_metric(name="JoinChunksSkipped", unit=MetricUnit.Count, value=1)
             return True
         return False
 
