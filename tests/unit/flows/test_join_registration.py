@@ -132,6 +132,20 @@ def starts(aws: Aws, item: str) -> int:
     return 0 if state is None else len(state.executions)
 
 
+def finish_chunk_dies_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first chunk to finish dies just before recording itself (its members started)."""
+    real = JoinStore.finish_chunk
+    calls = {"n": 0}
+
+    def dies_once(self: JoinStore, *args: Any, **kwargs: Any) -> bool:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("the Lambda died after starting the members")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(JoinStore, "finish_chunk", dies_once)
+
+
 @pytest.fixture
 def harness(aws: Aws, workflows: dict[str, str]) -> Harness:
     return Harness(aws)
@@ -176,16 +190,7 @@ def test_a_chunk_that_died_before_recording_itself_is_finished_by_its_redelivery
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     items = ["d0", "d1", "d2"]
-    real = JoinStore.finish_chunk
-    calls = {"n": 0}
-
-    def dies_once(self: JoinStore, *args: Any, **kwargs: Any) -> bool:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise RuntimeError("the Lambda died here")
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(JoinStore, "finish_chunk", dies_once)
+    finish_chunk_dies_once(monkeypatch)
     body = join_body("crash", items)
     with pytest.raises(RuntimeError):
         harness.send(body)
@@ -397,16 +402,7 @@ def test_a_join_decided_before_its_chunk_is_recorded_still_names_its_members(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a join whose only chunk died after starting its members, before recording itself
-    real = JoinStore.finish_chunk
-    calls = {"n": 0}
-
-    def dies_once(self: JoinStore, *args: Any, **kwargs: Any) -> bool:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise RuntimeError("the Lambda died after starting the members")
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(JoinStore, "finish_chunk", dies_once)
+    finish_chunk_dies_once(monkeypatch)
     body = join_body("named", ["n0", "n1"])
     with pytest.raises(RuntimeError):
         harness.send(body)
