@@ -9,6 +9,7 @@ the join row's ``registered`` count).
 
 from __future__ import annotations
 
+import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
 # Chunk rows and count shards outlive any wait (MaxWaitSeconds is at most a year):
 # the decision and the summary need them until the parent is told.
 BOOKKEEPING_RETENTION_DAYS = 400
+# Transaction conflicts retried in place before the stream retries the record.
+MAX_CONFLICT_RETRIES = 5
 # Membership puts and summary reads are I/O bound and spread over members' partitions.
 DEFAULT_CONCURRENCY = 8
 
@@ -138,56 +141,50 @@ class JoinStore:
             plain["chunks"] = chunks
         join_key = key_attributes(payload_id=join_partition_for(chunk.join_id), waiter_id="join")
         row = chunk.to_item()
-        try:
-            self._client.transact_write_items(
-                TransactItems=[
-                    {
-                        "Update": {
-                            "TableName": self.table_name,
-                            "Key": {"payload_id": row["payload_id"], "waiter_id": row["waiter_id"]},
-                            "UpdateExpression": (
-                                "SET recorded = :true, join_id = :join, #index = :index, "
-                                "members = if_not_exists(members, :list), duplicates = :repeated, "
-                                "created_at = if_not_exists(created_at, :now), "
-                                "expiration_time = if_not_exists(expiration_time, :expires)"
+        return self._transact(
+            [
+                {
+                    "Update": {
+                        "TableName": self.table_name,
+                        "Key": {"payload_id": row["payload_id"], "waiter_id": row["waiter_id"]},
+                        "UpdateExpression": (
+                            "SET recorded = :true, join_id = :join, #index = :index, "
+                            "members = if_not_exists(members, :list), duplicates = :repeated, "
+                            "created_at = if_not_exists(created_at, :now), "
+                            "expiration_time = if_not_exists(expiration_time, :expires)"
+                        ),
+                        "ConditionExpression": (
+                            "attribute_not_exists(recorded) OR recorded = :false"
+                        ),
+                        "ExpressionAttributeNames": {"#index": "index"},
+                        "ExpressionAttributeValues": {
+                            **values(
+                                true=True,
+                                false=False,
+                                join=chunk.join_id,
+                                index=chunk.index,
+                                now=now,
+                                expires=_bookkeeping_expiry(now),
                             ),
-                            "ConditionExpression": (
-                                "attribute_not_exists(recorded) OR recorded = :false"
-                            ),
-                            "ExpressionAttributeNames": {"#index": "index"},
-                            "ExpressionAttributeValues": {
-                                **values(
-                                    true=True,
-                                    false=False,
-                                    join=chunk.join_id,
-                                    index=chunk.index,
-                                    now=now,
-                                    expires=_bookkeeping_expiry(now),
-                                ),
-                                ":list": row.get("members", {"L": []}),
-                                ":repeated": row.get("duplicates", {"L": []}),
-                            },
-                        }
-                    },
-                    {
-                        "Update": {
-                            "TableName": self.table_name,
-                            "Key": join_key,
-                            "UpdateExpression": (
-                                "ADD registered :members, registered_chunks :one, "
-                                f"duplicates :duplicates SET {sets}"
-                            ),
-                            "ConditionExpression": "attribute_exists(join_id)",
-                            "ExpressionAttributeValues": values(**plain),
-                        }
-                    },
-                ]
-            )
-        except ClientError as exc:
-            if _cancelled_by_condition(exc):
-                return False
-            raise
-        return True
+                            ":list": row.get("members", {"L": []}),
+                            ":repeated": row.get("duplicates", {"L": []}),
+                        },
+                    }
+                },
+                {
+                    "Update": {
+                        "TableName": self.table_name,
+                        "Key": join_key,
+                        "UpdateExpression": (
+                            "ADD registered :members, registered_chunks :one, "
+                            f"duplicates :duplicates SET {sets}"
+                        ),
+                        "ConditionExpression": "attribute_exists(join_id)",
+                        "ExpressionAttributeValues": values(**plain),
+                    }
+                },
+            ]
+        )
 
     def set_total(self, join_id: str, total: int) -> None:
         """Write n on the join row once every chunk is registered (for readers of the row)."""
@@ -217,56 +214,50 @@ class JoinStore:
         expires = int((now + timedelta(days=retention_days)).timestamp())
         outcome = "succeeded" if resolution.state is PayloadState.SUCCEEDED else "failed"
         shard = shard_of(member.payload_id)
-        try:
-            self._client.transact_write_items(
-                TransactItems=[
-                    {
-                        "Update": {
-                            "TableName": self.table_name,
-                            "Key": key_attributes(
-                                payload_id=member.payload_id, waiter_id=member.waiter_id
-                            ),
-                            "UpdateExpression": (
-                                "SET notified_at = :now, notify_outcome = :outcome, "
-                                "expiration_time = :expires, updated_at = :now"
-                            ),
-                            "ConditionExpression": (
-                                "attribute_not_exists(notified_at) AND workflow_state = :state"
-                            ),
-                            "ExpressionAttributeValues": values(
-                                now=now,
-                                outcome=f"COUNTED:{resolution.state.value}",
-                                expires=expires,
-                                state=resolution.state.value,
-                            ),
-                        }
-                    },
-                    {
-                        "Update": {
-                            "TableName": self.table_name,
-                            "Key": key_attributes(
-                                payload_id=count_partition_for(member.join_id, shard),
-                                waiter_id="counts",
-                            ),
-                            "UpdateExpression": (
-                                f"ADD {outcome} :one SET join_id = :join, updated_at = :now, "
-                                "expiration_time = :expires"
-                            ),
-                            "ExpressionAttributeValues": values(
-                                one=1,
-                                join=member.join_id,
-                                now=now,
-                                expires=_bookkeeping_expiry(now),
-                            ),
-                        }
-                    },
-                ]
-            )
-        except ClientError as exc:
-            if _cancelled_by_condition(exc):
-                return False
-            raise
-        return True
+        return self._transact(
+            [
+                {
+                    "Update": {
+                        "TableName": self.table_name,
+                        "Key": key_attributes(
+                            payload_id=member.payload_id, waiter_id=member.waiter_id
+                        ),
+                        "UpdateExpression": (
+                            "SET notified_at = :now, notify_outcome = :outcome, "
+                            "expiration_time = :expires, updated_at = :now"
+                        ),
+                        "ConditionExpression": (
+                            "attribute_not_exists(notified_at) AND workflow_state = :state"
+                        ),
+                        "ExpressionAttributeValues": values(
+                            now=now,
+                            outcome=f"COUNTED:{resolution.state.value}",
+                            expires=expires,
+                            state=resolution.state.value,
+                        ),
+                    }
+                },
+                {
+                    "Update": {
+                        "TableName": self.table_name,
+                        "Key": key_attributes(
+                            payload_id=count_partition_for(member.join_id, shard),
+                            waiter_id="counts",
+                        ),
+                        "UpdateExpression": (
+                            f"ADD {outcome} :one SET join_id = :join, updated_at = :now, "
+                            "expiration_time = :expires"
+                        ),
+                        "ExpressionAttributeValues": values(
+                            one=1,
+                            join=member.join_id,
+                            now=now,
+                            expires=_bookkeeping_expiry(now),
+                        ),
+                    }
+                },
+            ]
+        )
 
     def read(self, join_id: str) -> tuple[JoinItem | None, int, int]:
         """The join row and its counts (succeeded, failed): one consistent ``BatchGetItem``.
@@ -358,6 +349,26 @@ class JoinStore:
 
     # ------------------------------------------------------------------ access
 
+    def _transact(self, items: list[dict[str, Any]]) -> bool:
+        """Run a transaction; False when a condition refused it (it wrote nothing).
+
+        Two transactions on one item at once conflict on AWS (the count shards are
+        few and hot): a conflict is retried here, with jittered backoff, before the
+        error goes back to the stream, whose retries are few and then discard.
+        """
+        for attempt in range(MAX_CONFLICT_RETRIES + 1):
+            try:
+                self._client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+            except ClientError as exc:
+                if _cancelled_by_condition(exc):
+                    return False
+                if not _conflicted(exc) or attempt == MAX_CONFLICT_RETRIES:
+                    raise
+                time.sleep(random.uniform(0, min(1.0, 0.025 * 2**attempt)))  # noqa: S311
+                continue
+            return True
+        return True  # unreachable: the last attempt returns or raises
+
     def _get(self, payload_id: str, waiter_id: str) -> dict[str, Any] | None:
         response = self._client.get_item(
             TableName=self.table_name,
@@ -383,6 +394,17 @@ class JoinStore:
 
 def _bookkeeping_expiry(now: Any) -> int:
     return int((now + timedelta(days=BOOKKEEPING_RETENTION_DAYS)).timestamp())
+
+
+def _conflicted(exc: ClientError) -> bool:
+    """Another transaction held one of the items (retryable)."""
+    code = exc.response.get("Error", {}).get("Code")
+    if code == "TransactionConflictException":
+        return True
+    reasons = exc.response.get("CancellationReasons") or []
+    return code == "TransactionCanceledException" and any(
+        reason.get("Code") == "TransactionConflict" for reason in reasons
+    )
 
 
 def _cancelled_by_condition(exc: ClientError) -> bool:

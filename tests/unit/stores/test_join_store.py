@@ -1,0 +1,80 @@
+"""JoinStore's transactions: conflicts retried, a condition is an answer, the rest raises."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from dependency_tracker.models import MembershipItem, PayloadState, Resolution, utcnow
+from dependency_tracker.stores.joins import MAX_CONFLICT_RETRIES, JoinStore
+
+if TYPE_CHECKING:
+    from tests.conftest import Aws
+
+
+def cancelled(code: str) -> ClientError:
+    return ClientError(
+        {
+            "Error": {"Code": "TransactionCanceledException", "Message": f"[{code}, None]"},
+            "CancellationReasons": [{"Code": code}, {"Code": "None"}],
+        },
+        "TransactWriteItems",
+    )
+
+
+class Flaky:
+    """A client whose first ``failures`` transactions fail with ``error``."""
+
+    def __init__(self, real: Any, error: ClientError, failures: int) -> None:
+        self.real, self.error, self.failures, self.calls = real, error, failures, 0
+
+    def transact_write_items(self, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error
+        return self.real.transact_write_items(**kwargs)
+
+
+def member(aws: Aws) -> MembershipItem:
+    now = utcnow()
+    row = MembershipItem(
+        payload_id="p", waiter_id="join#j", join_id="j", chunk=0, created_at=now, updated_at=now
+    )
+    aws.dependencies.register(row)
+    aws.dependencies.resolve("p", "join#j", Resolution(state=PayloadState.SUCCEEDED))
+    return row
+
+
+def test_a_conflict_is_retried_and_counts_once(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("dependency_tracker.stores.joins.time.sleep", lambda _: None)
+    flaky = Flaky(aws.dynamodb, cancelled("TransactionConflict"), failures=2)
+    store = JoinStore(flaky, aws.dependencies.table_name)  # type: ignore[arg-type]
+    row, done = member(aws), Resolution(state=PayloadState.SUCCEEDED)
+    assert store.count(row, done, retention_days=7)
+    assert not store.count(row, done, retention_days=7)  # the condition answers: counted
+    assert flaky.calls == 4
+    assert JoinStore(aws.dynamodb, aws.dependencies.table_name).read("j")[1:] == (1, 0)
+
+
+def test_conflicts_past_the_retries_go_back_to_the_stream(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("dependency_tracker.stores.joins.time.sleep", lambda _: None)
+    flaky = Flaky(aws.dynamodb, cancelled("TransactionConflict"), failures=99)
+    store = JoinStore(flaky, aws.dependencies.table_name)  # type: ignore[arg-type]
+    with pytest.raises(ClientError):
+        store.count(member(aws), Resolution(state=PayloadState.SUCCEEDED), retention_days=7)
+    assert flaky.calls == MAX_CONFLICT_RETRIES + 1
+
+
+def test_throttling_is_not_retried_here(aws: Aws) -> None:
+    throttled = ClientError(
+        {"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "TransactWriteItems"
+    )
+    flaky = Flaky(aws.dynamodb, throttled, failures=1)
+    store = JoinStore(flaky, aws.dependencies.table_name)  # type: ignore[arg-type]
+    with pytest.raises(ClientError, match="slow down"):
+        store.count(member(aws), Resolution(state=PayloadState.SUCCEEDED), retention_days=7)
+    assert flaky.calls == 1
