@@ -62,6 +62,7 @@ def chaos(
 
 CHAOS_BUCKET = "deptrack-chaos-payloads"
 
+
 @pytest.mark.usefixtures("workflows")
 def test_small_chaos_run(
     aws: Aws,
