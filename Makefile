@@ -51,9 +51,13 @@ check: lint test
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info src/*.egg-info
 
-# Benchmarks and cost model (docs/performance.md): about 15 minutes, writes bench/results.json.
+# Benchmarks and cost model (docs/performance.md): about 30 minutes, writes bench/results.json.
+# Joins at scale run at 100, 1,000 and 2,000 members; BENCH_ARGS=--join-sizes=100,1000,2000,5000
+# adds 5,000 (about half an hour more on 2 cores). BENCH_ARGS="--only joins --merge" reruns one
+# section into the existing results.json (python -m bench --help).
+BENCH_ARGS ?=
 bench: venv
-	$(BIN)/python -m bench --output bench/results.json
+	$(BIN)/python -m bench --output bench/results.json $(BENCH_ARGS)
 
 # The same, tiny and in one process (well under a minute); the CI runs it as tests/bench.
 bench-smoke: venv

@@ -21,8 +21,9 @@ class PatternConfig:
     """
 
     sizes: tuple[int, ...] = (1, 10, 100)
-    join_only_sizes: tuple[int, ...] = (1000,)
-    reps: tuple[tuple[int, int], ...] = ((1, 6), (10, 4), (100, 3), (1000, 1))
+    # Joins past 100 members are measured by the joins section (bench/joins.py).
+    join_only_sizes: tuple[int, ...] = ()
+    reps: tuple[tuple[int, int], ...] = ((1, 6), (10, 4), (100, 3))
     child_seconds: int = 2
     poll_seconds: int = 1
     reference_poll_seconds: int = 60
@@ -75,6 +76,30 @@ class HandlerConfig:
 
 
 @dataclass(frozen=True)
+class JoinScaleConfig:
+    """One all-of join over n members, per n, each on a fresh stack (``bench/joins.py``).
+
+    Members are ``simulate`` children that end at once, so the pipeline itself
+    is timed. A size in ``inline_sizes`` sends its payloads in the join message;
+    the others go by a manifest in the payload bucket (``dependencies_url``).
+    ``chunk_size`` sets ``DEPTRACK_JOIN_CHUNK_SIZE`` (None: the tracker's
+    default). Every size is counted and timed; per-member counts are
+    extrapolated to ``derived_sizes``. The engine bound is calibrated once, on
+    tables as large as the ``calibrate_at`` run left them.
+    """
+
+    # About 8 s, 1.5, 3 and 7.5 minutes on an idle 2-core machine (--join-sizes to change).
+    sizes: tuple[int, ...] = (100, 1000, 2000, 5000)
+    inline_sizes: tuple[int, ...] = ()
+    chunk_size: int | None = None
+    derived_sizes: tuple[int, ...] = (10_000, 100_000)
+    calibrate_at: int = 1000
+    run_timeout: float = 3600.0
+    # False: take the main calibration's per-call costs (the smoke run, to stay short).
+    own_calibration: bool = True
+
+
+@dataclass(frozen=True)
 class BenchConfig:
     """One benchmark run."""
 
@@ -83,6 +108,7 @@ class BenchConfig:
     throughput: ThroughputConfig = field(default_factory=ThroughputConfig)
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     handlers: HandlerConfig = field(default_factory=HandlerConfig)
+    joins: JoinScaleConfig = field(default_factory=JoinScaleConfig)
     # Run each section in a fresh process (own peak memory, no leftover threads).
     isolate: bool = True
 
@@ -105,5 +131,9 @@ SMOKE = BenchConfig(
     throughput=ThroughputConfig(scales=((4, 2),), stride=1, run_timeout=60.0),
     calibration=CalibrationConfig(calls=3),
     handlers=HandlerConfig(waiters=(1, 5), reps=1, batch=3),
+    # Chunks of 5: a manifest join of 12 in three (the patterns' joins are inline).
+    joins=JoinScaleConfig(
+        sizes=(12,), chunk_size=5, calibrate_at=12, run_timeout=120.0, own_calibration=False
+    ),
     isolate=False,
 )

@@ -21,9 +21,16 @@ from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
 from bench import history
-from bench.capacity import item_size, read_units, write_units
+from bench.capacity import read_units
 from bench.config import JOIN, MAP, PATTERNS, POLL, PatternConfig
-from bench.counting import PLUMBING, TRACKER, CallWindow, InvocationStats, instrument
+from bench.counting import (
+    PLUMBING,
+    TRACKER,
+    CallWindow,
+    InvocationStats,
+    instrument,
+    resolve_deferred,
+)
 from bench.stack import (
     JOIN_MACHINE,
     MAP_MACHINE,
@@ -50,7 +57,6 @@ DATA_PLUMBING = frozenset(
 )
 # Transitions of one poll round of the baseline: PollWait, ReadState, IsTerminal.
 POLL_ROUND_STATES = ("PollWait", "ReadState", "IsTerminal")
-BATCH_GET_LIMIT = 100
 
 
 def schedule(config: PatternConfig) -> list[tuple[int, int, str]]:
@@ -195,55 +201,23 @@ class _Runner:
         tracker = window.capacity.get(TRACKER)
         units: dict[str, Any] = {"write_units": {}, "read_units": {}}
         if tracker is not None:
-            writes = defaultdict(float, tracker.write_units)
-            rows = self._final_rows(tracker.deferred_updates)
-            for table, _, key in tracker.deferred_updates:
-                writes[table] += write_units(rows.get(key, 0))
+            rows = resolve_deferred(tracker, self.dynamodb, token_chars=self.token_chars)
             reads_by_table = defaultdict(float, tracker.read_units)
             mean_row = mean(list(rows.values())) or 0.0
-            queries = _count(window, TRACKER, "dynamodb", "Query")
+            queries = sum(tracker.deferred_queries.values())
             scanned = sum(tracker.query_scanned.values())
             if queries:
                 units_needed = math.ceil(scanned * mean_row / 4096)
                 reads_by_table["dependency"] += max(float(queries), float(units_needed))
-            units = {"write_units": dict(writes), "read_units": dict(reads_by_table)}
+            units = {"write_units": dict(tracker.write_units), "read_units": dict(reads_by_table)}
         # The baseline's getItem (not consistent) of a small state item: half a unit each.
         poll_reads = reads * read_units(0, consistent=False) if pattern == POLL else 0.0
         units["state_machine_read_units"] = poll_reads
         return units
 
-    def _final_rows(self, deferred: list[tuple[str, str, str]]) -> dict[str, int]:
-        """Size of each updated row as stored now (rows only grow, so an upper bound)."""
-        by_table: dict[str, set[str]] = defaultdict(set)
-        for _, table_name, key in deferred:
-            by_table[table_name].add(key)
-        sizes: dict[str, int] = {}
-        for table_name, keys in by_table.items():
-            ordered = sorted(keys)
-            for start in range(0, len(ordered), BATCH_GET_LIMIT):
-                chunk = ordered[start : start + BATCH_GET_LIMIT]
-                request: dict[str, Any] = {table_name: {"Keys": [json.loads(k) for k in chunk]}}
-                while request:
-                    response = self.dynamodb.batch_get_item(RequestItems=request)
-                    for item in response.get("Responses", {}).get(table_name, []):
-                        row_key = {name: item[name] for name in json.loads(chunk[0])}
-                        sizes[json.dumps(row_key, sort_keys=True)] = item_size(
-                            item, token_chars=self.token_chars
-                        )
-                    request = response.get("UnprocessedKeys") or {}
-        return sizes
-
 
 def _seconds(later: datetime, earlier: datetime) -> float:
     return (later - earlier).total_seconds()
-
-
-def _count(window: CallWindow, category: str, service: str, operation: str) -> int:
-    return sum(
-        stats.count
-        for (cat, svc, op, _), stats in window.calls.items()
-        if (cat, svc, op) == (category, service, operation)
-    )
 
 
 def _calls(window: CallWindow, events: list[dict[str, Any]]) -> dict[str, dict[str, int]]:

@@ -331,6 +331,148 @@ def _interval(row: dict[str, Any], pattern: str) -> Any:
     return "any" if value is None else value
 
 
+def joins(results: dict[str, Any]) -> str:
+    """One all-of join per n: wall time against the bound, calls and units per member."""
+    section = results["joins"]
+    rows = []
+    for row in section["sizes"]:
+        if "error" in row:
+            rows.append([row["n"], f"failed: {row['error']}", *["-"] * 10])
+            continue
+        per = row["per_member"]
+        process = row["per_invocation"].get("process", {})
+        bound = row.get("bound", {}).get("edges_per_s", {})
+        rows.append(
+            [
+                row["n"],
+                row["members_by"].split(" ")[0],
+                row["wall_s"],
+                row["members_per_s"],
+                bound.get("calls"),
+                row.get("ratio", {}).get("calls"),
+                per["tracker_calls"],
+                per["write_units"],
+                per["read_units"],
+                process.get("max_calls"),
+                row["per_invocation"].get("decision", {}).get("calls"),
+                row["peak_rss_mib"],
+            ]
+        )
+    header = [
+        "n",
+        "members by",
+        "wall (s)",
+        "members/s",
+        "bound (members/s)",
+        "achieved / bound",
+        "tracker calls / member",
+        "write units / member",
+        "read units / member",
+        "most calls, one process invocation",
+        "calls of the deciding invocation",
+        "peak RSS (MiB)",
+    ]
+    return _table(header, rows)
+
+
+def join_calls(results: dict[str, Any]) -> str:
+    """Tracker calls per member by function and operation, at every n."""
+    done = [row for row in results["joins"]["sizes"] if "error" not in row]
+    names = sorted(
+        {
+            (f, name)
+            for row in done
+            for f, calls in row["calls_by_function"].items()
+            for name in calls
+        }
+    )
+    rows = [
+        [
+            function,
+            name,
+            *[
+                round(row["calls_by_function"].get(function, {}).get(name, 0) / row["n"], 4)
+                for row in done
+            ],
+        ]
+        for function, name in names
+    ]
+    return _table(["function", "call", *[f"n = {row['n']:,}" for row in done]], rows)
+
+
+def join_model(results: dict[str, Any]) -> str:
+    """Derived counts at large n, and the hot-partition ceiling."""
+    model = results["joins"]["model"]
+    derived = model["derived"]
+    sizes = sorted(derived["totals"]["tracker_calls"], key=int)
+    rows = [[key, *[derived["totals"][key][n] for n in sizes]] for key in sorted(derived["totals"])]
+    rows.extend(
+        [f"most calls, one {function} invocation", *[by_n[n] for n in sizes]]
+        for function, by_n in sorted(derived["max_calls_per_invocation"].items())
+    )
+    rows.append(
+        [
+            "calls of the deciding invocation",
+            *[derived["decision_invocation_calls"][n] for n in sizes],
+        ]
+    )
+    lines = [
+        _table(["per join (derived)", *[f"n = {int(n):,}" for n in sizes]], rows),
+        f"\n{derived['method']} (n = {', '.join(str(n) for n in derived['from_n'])}).",
+    ]
+    hot = model["hot_partitions"]
+    rows = [
+        [
+            row["partition"],
+            row["write_units_per_member"],
+            row["read_units_per_member"],
+            row["members_per_s_by_writes"],
+            row["members_per_s_by_reads"],
+        ]
+        for row in hot["partitions"]
+    ]
+    lines.append(
+        "\n"
+        + _table(
+            [
+                f"partition (n = {hot['n']:,})",
+                "write units / member",
+                "read units / member",
+                "members/s (1,000 WCU/s)",
+                "members/s (3,000 RCU/s)",
+            ],
+            rows,
+        )
+    )
+    lines.append(
+        f"\nPer-join ceiling on AWS: {hot['members_per_s_per_join']} members/s "
+        f"({hot['hottest']}; hottest of this run: {hot['hottest_in_run']}, "
+        f"{hot['members_per_s_hottest_in_run']}/s). StartExecution refills at "
+        f"{hot['start_execution_per_s']}/s (bucket {hot['start_execution_bucket']:,})."
+    )
+    return "\n".join(lines)
+
+
+def join_costs(results: dict[str, Any]) -> str:
+    """Dollars per million edges of the join, measured and derived n."""
+    rows = []
+    for row in results["joins"].get("costs", []):
+        usd = row["per_million_edges_usd"]
+        rows.append(
+            [
+                f"{row['n']:,}" + (" (derived)" if row.get("derived") else ""),
+                usd["stepfunctions_parent"],
+                usd["lambda_requests"] + usd["lambda_duration"],
+                usd["dynamodb_writes"],
+                usd["dynamodb_reads"],
+                usd["sqs"],
+                usd["total_waiting"],
+            ]
+        )
+    header = ["n", "Step Functions (parent)", "Lambda", "DynamoDB writes", "reads", "SQS", "total"]
+    return _table(header, rows)
+
+
 def targets(results: dict[str, Any]) -> str:
     """The issue's targets, met or not."""
     rows = [
@@ -341,38 +483,68 @@ def targets(results: dict[str, Any]) -> str:
 
 
 def render(results: dict[str, Any]) -> str:
-    """Every table, in order."""
+    """Every table of the sections that ran, in order."""
     meta = results["meta"]
-    largest_n = max(row["n"] for row in results["patterns"]["summary"] if row["pattern"] == "map")
     parts = [
         f"# Benchmark ({meta['config']['name']}), {meta['generated_at']}",
         f"{meta['cpu_count']} CPUs, Python {meta['python']}, "
         + ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
         + f"; {meta['duration_s']:.0f} s",
-        "## Waiting on n dependencies, per parent",
-        patterns(results),
-        f"## Calls per edge at n = {largest_n}",
-        calls_per_edge(results, largest_n),
-        "## Throughput of the local pipeline",
-        throughput(results),
-        "### Engine bound by call (largest scale)",
-        bound_breakdown(results),
-        "### CPU by thread (largest scale)",
-        cpu(results),
-        "### Idle polling by the pumps (largest scale)",
-        idle_polling(results),
-        "## Handler costs",
-        handlers(results),
-        (
-            f"## Cost per million edges (USD, {results['costs']['region']}, "
-            f"prices checked {results['costs']['prices_checked_on']})"
-        ),
-        costs(results),
-        "## Cost of waiting, one parent",
-        waiting(results),
-        "## Transitions over a 10-minute wait",
-        ten_minutes(results),
-        "## Targets",
-        targets(results),
     ]
+    merged = meta.get("merged") or {}
+    if merged:
+        parts.append(
+            "Sections run again later (--merge): "
+            + ", ".join(f"{name} ({later['generated_at']})" for name, later in merged.items())
+        )
+    if "patterns" in results:
+        largest_n = max(
+            row["n"] for row in results["patterns"]["summary"] if row["pattern"] == "map"
+        )
+        parts += [
+            "## Waiting on n dependencies, per parent",
+            patterns(results),
+            f"## Calls per edge at n = {largest_n}",
+            calls_per_edge(results, largest_n),
+        ]
+    if "throughput" in results:
+        parts += [
+            "## Throughput of the local pipeline",
+            throughput(results),
+            "### Engine bound by call (largest scale)",
+            bound_breakdown(results),
+            "### CPU by thread (largest scale)",
+            cpu(results),
+            "### Idle polling by the pumps (largest scale)",
+            idle_polling(results),
+        ]
+    if "handlers" in results:
+        parts += ["## Handler costs", handlers(results)]
+    if "costs" in results:
+        parts += [
+            (
+                f"## Cost per million edges (USD, {results['costs']['region']}, "
+                f"prices checked {results['costs']['prices_checked_on']})"
+            ),
+            costs(results),
+            "## Cost of waiting, one parent",
+            waiting(results),
+            "## Transitions over a 10-minute wait",
+            ten_minutes(results),
+        ]
+    if "joins" in results and any("error" not in r for r in results["joins"]["sizes"]):
+        parts += [
+            "## Joins at scale",
+            joins(results),
+            "### Tracker calls per member",
+            join_calls(results),
+        ]
+        if "model" in results["joins"]:
+            parts += [
+                "### Derived per join, and the hot partition",
+                join_model(results),
+                "### Join cost per million edges (USD)",
+                join_costs(results),
+            ]
+    parts += ["## Targets", targets(results)]
     return "\n\n".join(parts) + "\n"

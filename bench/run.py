@@ -3,8 +3,10 @@
 Sections run one after the other, each in a fresh process by default (its own
 peak memory, no threads left over from the previous one): the three waiting
 designs, the throughput scales, the calibration of the engine bound (sized
-from the largest throughput scale), the handler costs. The cost model and the
-targets are computed from their results.
+from the largest throughput scale), the handler costs, then one join per size
+(``bench/joins.py``) and the join's own calibration. The cost model and the
+targets are computed from their results. ``--merge`` reruns some sections into
+an existing ``results.json``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import calibrate, costs, handlers, patterns, report, throughput
+from bench import calibrate, costs, handlers, joins, patterns, report, throughput
 from bench.config import FULL, JOIN, MAP, POLL, SMOKE, BenchConfig
 
 if TYPE_CHECKING:
@@ -32,8 +34,16 @@ if TYPE_CHECKING:
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results.json"
 PACKAGES = ("moto", "boto3", "botocore", "aws-lambda-powertools", "pydantic")
-SECTIONS = ("patterns", "throughput", "calibration", "handlers")
+SECTIONS = ("patterns", "throughput", "calibration", "handlers", "joins")
 TARGET_JOIN_N = 100
+# Issue 14: write units per edge at these n (measured or derived), equal within 5 %.
+JOIN_UNIT_SIZES = (100, 1000, 10_000)
+JOIN_FLAT_TOLERANCE = 1.05
+JOIN_BOUND_RATIO = 0.5
+# A chunk's process invocation: 4 calls per member (membership row, claim, start, start
+# record) and at most 10 for the chunk itself (bench/joins.py; 8 measured).
+JOIN_CALLS_PER_MEMBER = 4
+JOIN_CALLS_PER_CHUNK = 10
 
 
 def emit(message: str) -> None:
@@ -92,6 +102,9 @@ def collect(config: BenchConfig, only: set[str] | None = None) -> dict[str, Any]
         results["handlers"] = section(config, "handlers", handlers.run, config.handlers)
     if "patterns" in results:
         results["costs"] = costs.model(results["patterns"])
+    if "joins" in wanted:
+        shared = None if config.joins.own_calibration else results.get("calibration")
+        results["joins"] = run_joins(config, _map_write_units(results), shared)
     results["targets"] = evaluate(results)
     results["meta"]["duration_s"] = round(time.perf_counter() - started, 1)
     return results
@@ -134,6 +147,78 @@ def run_throughput(config: BenchConfig, *, calibrated: bool) -> dict[str, Any]:
             key: round(achieved / value, 3) if value else None
             for key, value in bound["edges_per_s"].items()
         }
+    return out
+
+
+def _map_write_units(results: dict[str, Any]) -> float | None:
+    """The Map pattern's write units per edge at its largest n, when the patterns ran."""
+    rows = [r for r in results.get("patterns", {}).get("summary", []) if r["pattern"] == MAP]
+    if not rows:
+        return None
+    row = max(rows, key=lambda r: r["n"])
+    capacity: dict[str, float] = row["capacity_per_edge"]
+    return round(sum(v for k, v in capacity.items() if k.startswith("write_units")), 4)
+
+
+def run_joins(
+    config: BenchConfig, map_write_units: float | None, calibration: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Each join size (a failed size is recorded, not fatal), the bound, the model, costs."""
+    settings = config.joins
+    token_chars = _token_chars()
+    sizes: list[dict[str, Any]] = []
+    for n in settings.sizes:
+        try:
+            result = section(config, f"join n={n}", joins.run_size, n, settings, token_chars)
+        except Exception as exc:  # noqa: BLE001  (the largest n the engine manages is a result)
+            emit(f"  join n={n} failed: {exc!r}")
+            sizes.append({"n": n, "error": repr(exc)})
+            continue
+        sizes.append(result)
+    return finish_joins(config, sizes, map_write_units, calibration)
+
+
+def finish_joins(
+    config: BenchConfig,
+    sizes: list[dict[str, Any]],
+    map_write_units: float | None,
+    calibration: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The joins section from its runs: the bound (calibrated now unless given), model, costs."""
+    settings = config.joins
+    sizes = sorted(sizes, key=lambda result: result["n"])
+    done = [result for result in sizes if "error" not in result]
+    out: dict[str, Any] = {"config": dataclasses.asdict(settings), "sizes": sizes}
+    if not done:
+        return out
+    basis = min(done, key=lambda result: abs(result["n"] - settings.calibrate_at))
+    out["calibrated_at_n"] = basis["n"]
+    if calibration is None:
+        try:
+            calibration = section(
+                config,
+                "join calibration",
+                joins.calibrate_for,
+                config.calibration,
+                joins.sizes_of(basis),
+            )
+        except Exception as exc:  # noqa: BLE001  (the counts stand without the bound)
+            emit(f"  join calibration failed: {exc!r}")
+            calibration = {"error": repr(exc)}
+    out["calibration"] = calibration
+    if "per_call_ms" in calibration:
+        joins.bounds(done, calibration)
+    out["model"] = joins.model(
+        done, settings.derived_sizes, map_write_units_per_edge=map_write_units
+    )
+    prices = costs.load_prices()
+    template = costs.template_settings(prices)
+    measured = [joins.cost_row(result) for result in done]
+    derived = joins.derived_cost_rows(done, settings.derived_sizes)
+    out["costs"] = [
+        {**costs.edge_costs(row, prices, template), "derived": bool(row.get("derived"))}
+        for row in measured + derived
+    ]
     return out
 
 
@@ -193,6 +278,7 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": ratio >= 0.5,
             }
         )
+    targets.extend(_join_targets(results.get("joins", {})))
     rows = results.get("handlers", {}).get("update_state", [])
     largest = max(rows, key=lambda row: row["waiters"], default=None)
     if largest is not None:
@@ -204,6 +290,70 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "measured": f"{seconds:.2f} s for {largest['waiters']} waiters",
                 "value": seconds,
                 "met": largest["waiters"] >= 1000 and seconds < 5,
+            }
+        )
+    return targets
+
+
+def _join_targets(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 14's targets: constant units per edge, bounded invocations, linear wall time."""
+    done = [row for row in section.get("sizes", []) if "error" not in row]
+    if not done or "model" not in section:
+        return []
+    model = section["model"]
+    derived = model["derived"]["per_member"]["write_units"]
+    units = {row["n"]: row["per_member"]["write_units"] for row in done}
+    units.update({int(n): value for n, value in derived.items() if int(n) not in units})
+    wanted = [n for n in JOIN_UNIT_SIZES if n in units] or sorted(units)
+    values = [units[n] for n in wanted]
+    flat = max(values) <= JOIN_FLAT_TOLERANCE * min(values)
+    map_units = model.get("map_write_units_per_edge")
+    below_map = map_units is not None and max(values) <= map_units
+    measured = ", ".join(
+        f"{units[n]:.2f} at n = {n:,}" + ("" if n in {r["n"] for r in done} else " (derived)")
+        for n in wanted
+    )
+    targets = [
+        {
+            "name": "join_write_units",
+            "target": "join: DynamoDB write units per edge constant in n (n = 100, 1,000, "
+            "10,000) and no more than the Map pattern's",
+            "measured": f"{measured}; Map "
+            + (f"{map_units:.2f}" if map_units is not None else "not measured in this run"),
+            "value": max(values),
+            "met": flat and below_map,
+        }
+    ]
+    process = {row["n"]: row["per_invocation"].get("process", {}) for row in done}
+    chunk = max(row["chunk_size"] for row in done)
+    full = [n for n in sorted(process) if n > chunk] or sorted(process)
+    peaks = [process[n].get("max_calls", 0) for n in full]
+    bound = JOIN_CALLS_PER_MEMBER * chunk + JOIN_CALLS_PER_CHUNK
+    targets.append(
+        {
+            "name": "join_calls_per_invocation",
+            "target": "join: AWS calls per process invocation bounded by the chunk size, "
+            "whatever n",
+            "measured": ", ".join(f"{p} at n = {n:,}" for n, p in zip(full, peaks, strict=True))
+            + f" (chunks of {chunk}: at most {bound})",
+            "value": max(peaks),
+            "met": max(peaks) <= bound,
+        }
+    )
+    timed = [row for row in done if "ratio" in row and row["n"] >= section["calibrated_at_n"]]
+    if timed:
+        ratios = [row["ratio"]["calls"] for row in timed]
+        targets.append(
+            {
+                "name": "join_wall_vs_bound",
+                "target": "join: embedded-stack wall time >= 1/2 of the engine bound at every "
+                "n (linear in n)",
+                "measured": ", ".join(
+                    f"{row['ratio']['calls']:.2f} at n = {row['n']:,} ({row['wall_s']:.0f} s)"
+                    for row in timed
+                ),
+                "value": min(ratios),
+                "met": min(ratios) >= JOIN_BOUND_RATIO,
             }
         )
     return targets
@@ -241,6 +391,37 @@ def _callback_targets(
     return out
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(",") if part.strip())
+
+
+def merge(previous: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
+    """``previous`` with ``fresh``'s sections in place of its own; the model and targets redone.
+
+    ``meta`` stays ``previous``'s; ``meta.merged`` says which sections came from
+    which later run.
+    """
+    merged = dict(previous)
+    sections = [key for key in fresh if key not in ("meta", "costs", "targets")]
+    for key in sections:
+        merged[key] = fresh[key]
+    if "patterns" in merged:
+        merged["costs"] = costs.model(merged["patterns"])
+    if "joins" in fresh and "model" in merged["joins"]:
+        merged["joins"]["model"]["map_write_units_per_edge"] = _map_write_units(merged)
+    merged["targets"] = evaluate(merged)
+    meta_ = dict(previous.get("meta", {}))
+    later = dict(meta_.get("merged", {}))
+    for key in sections:
+        later[key] = {
+            name: fresh["meta"][name]
+            for name in ("generated_at", "duration_s", "cpu_count", "versions", "config")
+        }
+    meta_["merged"] = later
+    merged["meta"] = meta_
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m bench``."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
@@ -250,14 +431,32 @@ def main(argv: list[str] | None = None) -> int:
         "--only", action="append", choices=SECTIONS, help="run only this section (repeatable)"
     )
     parser.add_argument("--no-isolate", action="store_true", help="run sections in this process")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other sections of an existing --output (with --only): the sections "
+        "run replace theirs, the cost model and targets are recomputed",
+    )
+    parser.add_argument(
+        "--join-sizes",
+        type=_sizes,
+        help="members of the joins at scale, comma-separated (default: "
+        + ",".join(str(n) for n in FULL.joins.sizes)
+        + ")",
+    )
     args = parser.parse_args(argv)
     config = SMOKE if args.smoke else FULL
     if args.no_isolate:
         config = dataclasses.replace(config, isolate=False)
+    if args.join_sizes:
+        config = dataclasses.replace(
+            config, joins=dataclasses.replace(config.joins, sizes=args.join_sizes)
+        )
     results = collect(config, set(args.only) if args.only else None)
+    if args.merge and args.output.is_file():
+        results = merge(json.loads(args.output.read_text(encoding="utf-8")), results)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
-    if {"patterns", "throughput", "calibration", "handlers"} <= set(results):
-        sys.stdout.write(report.render(results))
+    sys.stdout.write(report.render(results))
     emit(f"results written to {args.output}")
     return 0

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import io
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 
 from dependency_tracker import definitions
@@ -23,12 +26,42 @@ BASELINE_DEFINITION = Path(__file__).resolve().parent / "stepfunctions" / f"{POL
 COLLECTION = "bench"
 
 
+_PARSE_LOCK = threading.Lock()
+
+
+def serialize_asl_parsing() -> None:
+    """Make moto parse one state machine definition at a time (idempotent, process-wide).
+
+    moto's interpreter parses an execution's definition in the execution's own
+    thread, and its ``Preprocessor`` keeps the query-language scopes in a list
+    shared by every instance (a class attribute): two parses at once corrupt it.
+    One of hundreds of executions started together then dies in its thread with
+    an ``IndexError`` and stays RUNNING for ever, or a Map iteration fails with
+    ``States.Runtime``. Parsing is CPU work under the GIL anyway, so the lock
+    costs nothing measurable; the benchmark's stacks take it, the product's
+    local stack does not (docs/performance.md, Caveats).
+    """
+    parse = AmazonStateLanguageParser.parse
+    if getattr(parse, "bench_serialized", False):
+        return
+
+    @functools.wraps(parse)
+    def serialized(definition: str) -> Any:
+        with _PARSE_LOCK:
+            return parse(definition)
+
+    serialized.bench_serialized = True  # type: ignore[attr-defined]
+    AmazonStateLanguageParser.parse = staticmethod(serialized)  # type: ignore[method-assign]
+
+
 def local_stack(*, idle_pumps: bool = False) -> LocalStack:
     """A quiet embedded stack; ``idle_pumps`` parks the pumps (for isolated timings).
 
     With idle pumps every pump runs one (empty) round at start and then sleeps
-    for an hour, so nothing but the caller touches moto.
+    for an hour, so nothing but the caller touches moto. moto's definition
+    parsing is serialized first (:func:`serialize_asl_parsing`).
     """
+    serialize_asl_parsing()
     return LocalStack(
         sink=io.StringIO(),
         log_level="WARNING",

@@ -1,18 +1,24 @@
 """The benchmark's CI job: a tiny ``make bench`` that must run and produce every figure.
 
 Nothing about speed is asserted (timings on shared CI machines mean nothing);
-only that every section ran and ``results.json`` has its complete structure.
+only that every section ran and ``results.json`` has its complete structure,
+plus two counts that do not depend on the machine: a join's process
+invocations stay within their chunk, and request units are counted the way
+DynamoDB bills transactions and batch reads (checked on synthetic calls, no stack).
 """
 
 from __future__ import annotations
 
 import json
+import math
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from bench import run
 from bench.config import JOIN, PATTERNS, SMOKE
+from bench.counting import TRACKER, CallCounter
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -25,6 +31,9 @@ TARGETS = {
     "join_vs_polling",
     "throughput_vs_bound",
     "update_state_waiters",
+    "join_write_units",
+    "join_calls_per_invocation",
+    "join_wall_vs_bound",
 }
 
 
@@ -96,3 +105,86 @@ def test_cost_model_prices_every_row(results):
 def test_every_target_is_reported(results):
     assert {target["name"] for target in results["targets"]} == TARGETS
     assert all(isinstance(target["met"], bool) for target in results["targets"])
+
+
+def test_joins_are_counted_per_member_and_per_invocation(results):
+    section = results["joins"]
+    config = SMOKE.joins
+    rows = {row["n"]: row for row in section["sizes"]}
+    assert set(rows) == set(config.sizes)
+    assert config.chunk_size is not None
+    for n, row in rows.items():
+        assert "error" not in row, row.get("error")
+        assert row["chunks"] == math.ceil(n / config.chunk_size)
+        assert row["members_by"].startswith(
+            "payloads (" if n in config.inline_sizes else "payloads_url"
+        )
+        # every member counted once, in one two-item transaction
+        assert row["calls_by_function"]["callback"]["dynamodb.TransactWriteItems@dependency"] == n
+        assert row["units"]["transactional_items"] >= 2 * n
+        process = row["per_invocation"]["process"]
+        bound = run.JOIN_CALLS_PER_CHUNK + run.JOIN_CALLS_PER_MEMBER * config.chunk_size
+        assert 0 < process["max_calls"] <= bound
+        assert row["per_invocation"]["decision"]["function"] == "callback"
+        shards = [p for p in row["units"]["join_partitions"] if p.startswith("count shard")]
+        assert shards
+        assert row["per_member"]["write_units"] > 0
+        assert row["ratio"]["calls"] > 0
+    model = section["model"]
+    derived = {str(n) for n in config.derived_sizes}
+    assert set(model["derived"]["totals"]["tracker_calls"]) == derived
+    assert model["hot_partitions"]["members_per_s_per_join"] > 0
+    assert len(section["costs"]) == len(rows) + len(config.derived_sizes)
+    assert section["calibration"]["per_call_ms"]["dynamodb.TransactWriteItems@dependency"] > 0
+
+
+def _counter() -> CallCounter:
+    return CallCounter(tables={"deps": "dependency", "state": "state"}, token_chars=None)
+
+
+def _call(counter: CallCounter, operation: str, params: dict[str, Any], parsed: dict[str, Any]):
+    context: dict[str, Any] = {}
+    model = SimpleNamespace(name=operation)
+    counter._params(TRACKER, "dynamodb", model=model, params=params, context=context)
+    counter._after(parsed=parsed, context={**context, "bench.start": 0.0})
+    return counter.drain().capacity[TRACKER]
+
+
+def test_a_transactional_put_costs_twice_its_write_units():
+    item = {"payload_id": {"S": "join#j"}, "waiter_id": {"S": "chunk#1"}, "blob": {"S": "x" * 1500}}
+    update = {
+        "Update": {
+            "TableName": "deps",
+            "Key": {"payload_id": {"S": "join#j#counts#0"}, "waiter_id": {"S": "counts"}},
+            "UpdateExpression": "ADD succeeded :one",
+        }
+    }
+    capacity = _call(
+        _counter(),
+        "TransactWriteItems",
+        {"TransactItems": [{"Put": {"TableName": "deps", "Item": item}}, update]},
+        {},
+    )
+    # the put: 2 KB, 2 units, twice; the update is sized afterwards from the stored row, twice
+    assert capacity.write_units["dependency"] == 4
+    assert capacity.by_partition_write[("dependency", "join#j")] == 4
+    assert [entry[3] for entry in capacity.deferred_updates] == [2]
+    assert capacity.transactional_items == 2
+
+
+def test_a_batch_get_counts_every_key_asked_for():
+    keys = [{"payload_id": {"S": f"p{i}"}, "waiter_id": {"S": "w"}} for i in range(3)]
+    found = [{**keys[0], "blob": {"S": "x" * 5000}}]
+    capacity = _call(
+        _counter(),
+        "BatchGetItem",
+        {"RequestItems": {"deps": {"Keys": keys, "ConsistentRead": True}}},
+        {
+            "Responses": {"deps": found},
+            "UnprocessedKeys": {"deps": {"Keys": [keys[2]]}},
+        },
+    )
+    # found: 5 KB, 2 units; missing: the minimum, 1; unprocessed: nothing
+    assert capacity.read_units["dependency"] == 3
+    assert capacity.by_partition_read[("dependency", "p1")] == 1
+    assert ("dependency", "p2") not in capacity.by_partition_read

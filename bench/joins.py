@@ -1,0 +1,586 @@
+"""Joins at scale: one all-of join over n members, per n, each on a fresh stack.
+
+For each n, one ``wait-for-join`` parent waits on n ``simulate`` payloads that
+end at once (so the pipeline itself is timed), given as a manifest in the
+payload bucket (``dependencies_url``: the join message carries
+``payloads_url``) or inline (``payloads``). Measured per n:
+
+* every AWS call, by operation and by the function that made it (tracker calls
+  are attributed to the invocation running when they were made: the local
+  stack runs one handler at a time), per member;
+* DynamoDB write and read units per member (transactional items at twice
+  their units, ``bench/counting.py``), and by partition: the join's own
+  partition (join row, chunk rows) and its count shards, the partitions a
+  join's members all share, give the per-join ceiling on AWS;
+* the most calls any one invocation made, by function (process: bounded by
+  the chunk size whatever n is; callback: the invocation that decides the join
+  reads the summary, one ``BatchGetItem`` per 100 members);
+* wall time, from the parent's start to its stop, against the engine bound:
+  the per-member call mix times each call's isolated cost
+  (:mod:`bench.calibrate`, calibrated once, on tables as large as the
+  ``calibrate_at`` run left them).
+
+:func:`model` extrapolates the counts to ``derived_sizes`` (a straight line
+through the two largest measured n, per figure: derived, not measured) and
+works out the hot-partition arithmetic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import resource
+import time
+from collections import Counter, defaultdict
+from typing import TYPE_CHECKING, Any
+
+from bench import calibrate, history
+from bench.counting import PLUMBING, TRACKER, instrument, resolve_deferred
+from bench.patterns import DATA_PLUMBING
+from bench.profiling import ThreadCpu
+from bench.stack import CHILD, JOIN_MACHINE, local_stack, payload, wait_stopped, warm_interpreter
+from bench.stats import mean
+from dependency_tracker.models import JOIN_COUNT_SHARDS
+from dependency_tracker.settings import ENV_JOIN_CHUNK_SIZE, get_settings
+from dependency_tracker.stores.manifest import manifest_text
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from bench.config import CalibrationConfig, JoinScaleConfig
+    from bench.counting import Capacity, InvocationRecord
+
+# Per partition and second, on AWS (DynamoDB developer guide: partitions).
+PARTITION_WRITE_UNITS_PER_S = 1000
+PARTITION_READ_UNITS_PER_S = 3000
+# Step Functions standard workflows, StartExecution token bucket per account and
+# region in us-east-1, us-west-2 and eu-west-1 (Step Functions quotas, API action
+# throttling): 1,300 at once, refilled at 300 a second (800 and 150 elsewhere).
+START_EXECUTION_BUCKET = 1300
+START_EXECUTION_PER_S = 300
+# The tracker's own SQS sends (join_chunk messages) are plain client calls; the
+# name keeps them apart from the interpreter's sendMessage (a new client per task).
+TRACKER_SEND = "sqs.SendMessage (tracker)"
+JOIN_PARTITION = "join#"
+JOIN_ROW_LABEL = "join row and chunk rows"
+
+
+def member_tag(n: int) -> str:
+    """Payload id prefix of the members of the join over ``n``."""
+    return f"join-n{n}"
+
+
+@contextlib.contextmanager
+def _chunk_size(value: int | None) -> Iterator[None]:
+    """``DEPTRACK_JOIN_CHUNK_SIZE`` set to ``value`` (None: as it was) for the block."""
+    saved = os.environ.get(ENV_JOIN_CHUNK_SIZE)
+    if value is not None:
+        os.environ[ENV_JOIN_CHUNK_SIZE] = str(value)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(ENV_JOIN_CHUNK_SIZE, None)
+        else:
+            os.environ[ENV_JOIN_CHUNK_SIZE] = saved
+
+
+def run_size(
+    n: int, config: JoinScaleConfig, token_chars: int, *, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """One all-of join over ``n`` members on a fresh stack: counts, units, wall time."""
+    inline = n in config.inline_sizes
+    with _chunk_size(config.chunk_size), local_stack() as stack:
+        warm_interpreter(stack)
+        tools = instrument(stack, token_chars=token_chars, keep_records=True)
+        chunk_size = get_settings().join_chunk_size
+        sfn = stack.client("stepfunctions")
+        dynamodb = stack.client("dynamodb")
+        documents = [payload(f"{member_tag(n)}-{i:06d}", seconds=None) for i in range(n)]
+        body: dict[str, Any] = {"timeout_seconds": int(config.run_timeout) + 600}
+        if inline:
+            body["dependencies"] = documents
+        else:
+            bucket = str(stack.outputs["PayloadBucketName"])
+            key = f"manifests/{member_tag(n)}.jsonl"
+            stack.client("s3").put_object(
+                Bucket=bucket, Key=key, Body=manifest_text(documents).encode("utf-8")
+            )
+            body["dependencies_url"] = f"s3://{bucket}/{key}"
+        tools.settle()
+        tools.calls.drain()
+        tools.invocations.drain()
+        tools.invocations.drain_records()
+        threads = ThreadCpu(interval=1.0)
+        threads.start()
+        cpu_started = _cpu_s()
+        started = time.monotonic()
+        arn = sfn.start_execution(
+            stateMachineArn=stack.outputs["StateMachines"][JOIN_MACHINE],
+            name=member_tag(n),
+            input=json.dumps(body),
+        )["executionArn"]
+        described = wait_stopped(sfn, arn, timeout=config.run_timeout, every=0.25)
+        if described["status"] != "SUCCEEDED":
+            msg = f"join n={n} ended {described['status']}: {described.get('error')}"
+            raise RuntimeError(msg)
+        tools.settle(parent_arn=arn, timeout=config.run_timeout)
+        window_s = time.monotonic() - started
+        cpu_s = _cpu_s() - cpu_started
+        profile = threads.stop()
+        window = tools.calls.drain()
+        invocations = tools.invocations.drain()
+        records = tools.invocations.drain_records()
+        summary = json.loads(described["output"])["join"]
+        if summary["counts"] != {"succeeded": n, "failed": 0, "pending": 0}:
+            msg = f"join n={n}: counts {summary['counts']}"
+            raise RuntimeError(msg)
+        events = history.fetch(sfn, arn)
+        wall_s = (described["stopDate"] - described["startDate"]).total_seconds()
+        tracker = window.capacity.get(TRACKER)
+        units = _units(tracker, dynamodb, token_chars, n) if tracker is not None else {}
+        child = _first_child(stack, sfn)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        result = {
+            "n": n,
+            "members_by": "payloads (inline)" if inline else "payloads_url (manifest)",
+            "chunk_size": chunk_size,
+            "chunks": math.ceil(n / chunk_size),
+            "wall_s": round(wall_s, 2),
+            "window_s": round(window_s, 2),
+            # The process's CPU over the window: moto runs under the GIL, so on an idle
+            # machine this is close to the wall time; on a busy one it is what was had.
+            "cpu_s": round(cpu_s, 2),
+            "cpu_per_wall": round(cpu_s / window_s, 3),
+            "members_per_s": round(n / wall_s, 3),
+            "transitions": history.transitions(events),
+            "history_events": len(events),
+            "child_transitions_each": child,
+            "state_machine_calls": dict(history.integration_calls(events)),
+            "sqs_message_bytes": history.sqs_message_sizes(events),
+            "calls": _calls(window),
+            "call_seconds": _call_seconds(window),
+            "cpu": profile,
+            "calls_by_function": _by_function(records),
+            "lambda": {
+                name: {"invocations": stats.invocations, "records": stats.records}
+                for name, stats in sorted(invocations.items())
+            },
+            "per_invocation": _per_invocation(records),
+            "units": units,
+            "summary_truncated": bool(summary.get("truncated")),
+            "peak_rss_mib": round(peak, 1),
+            "dead_letters": {key: len(value) for key, value in stack.dead_letters.items()},
+            "pump_errors": stack.pump_errors,
+        }
+    result["per_member"] = per_member(result)
+    log(
+        f"  join n={n}: {wall_s:.1f} s ({n / wall_s:.1f} members/s), "
+        f"{result['per_member']['tracker_calls']:.2f} tracker calls and "
+        f"{result['per_member']['write_units']:.2f} write units per member, "
+        f"at most {result['per_invocation'].get('process', {}).get('max_calls', 0)} calls "
+        f"in one process invocation; peak RSS {peak:.0f} MiB"
+    )
+    return result
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _first_child(stack: Any, sfn: Any) -> int:
+    """Transitions of one member's child execution (every member runs the same one)."""
+    machine = stack.outputs["StateMachines"][CHILD]
+    executions = sfn.list_executions(stateMachineArn=machine, maxResults=1)["executions"]
+    if not executions:
+        return 0
+    return history.transitions(history.fetch(sfn, executions[0]["executionArn"]))
+
+
+def _calls(window: Any) -> dict[str, dict[str, int]]:
+    """Calls by name: the tracker's, and the pumps' (event-carrying and idle)."""
+    grouped: dict[str, Counter[str]] = defaultdict(Counter)
+    for (category, service, operation, table), stats in window.calls.items():
+        name = f"{service}.{operation}" + (f"@{table}" if table else "")
+        if category == TRACKER:
+            grouped["tracker"][name] += stats.count
+        elif category == PLUMBING:
+            data = stats.count - stats.empty if operation in DATA_PLUMBING else 0
+            if data:
+                grouped["plumbing_data"][name] += data
+            if stats.count - data:
+                grouped["plumbing_idle"][name] += stats.count - data
+    return {
+        key: dict(sorted(grouped[key].items()))
+        for key in ("tracker", "plumbing_data", "plumbing_idle")
+    }
+
+
+def _call_seconds(window: Any) -> dict[str, dict[str, float]]:
+    """Wall time spent in each call, in total (under load: GIL waits included)."""
+    out: dict[str, dict[str, float]] = defaultdict(dict)
+    for (category, service, operation, table), stats in window.calls.items():
+        name = f"{service}.{operation}" + (f"@{table}" if table else "")
+        out[category][name] = round(out[category].get(name, 0.0) + stats.seconds, 3)
+    return {key: dict(sorted(value.items(), key=lambda kv: -kv[1])) for key, value in out.items()}
+
+
+def _by_function(records: list[InvocationRecord]) -> dict[str, dict[str, int]]:
+    out: dict[str, Counter[str]] = defaultdict(Counter)
+    for record in records:
+        out[record.function].update(record.calls)
+    return {function: dict(sorted(calls.items())) for function, calls in sorted(out.items())}
+
+
+def _per_invocation(records: list[InvocationRecord]) -> dict[str, Any]:
+    """By function: the most calls in one invocation and per record, and the decision."""
+    out: dict[str, Any] = {}
+    by_function: dict[str, list[InvocationRecord]] = defaultdict(list)
+    for record in records:
+        by_function[record.function].append(record)
+    for function, group in sorted(by_function.items()):
+        largest = max(group, key=lambda record: record.total)
+        per_record = max(group, key=lambda record: record.total / record.records)
+        out[function] = {
+            "invocations": len(group),
+            "max_calls": largest.total,
+            "max_calls_records": largest.records,
+            "max_calls_breakdown": dict(sorted(largest.calls.items())),
+            "max_calls_per_record": round(per_record.total / per_record.records, 2),
+            "mean_calls": round(mean([float(record.total) for record in group]) or 0.0, 2),
+        }
+    deciding = [r for r in records if r.calls.get("stepfunctions.SendTaskSuccess")]
+    if deciding:
+        record = deciding[0]
+        out["decision"] = {
+            "function": record.function,
+            "records": record.records,
+            "calls": record.total,
+            "breakdown": dict(sorted(record.calls.items())),
+        }
+    return out
+
+
+def _units(capacity: Capacity, dynamodb: Any, token_chars: int, n: int) -> dict[str, Any]:
+    """Write and read units by table, and by the join's partitions (per member too)."""
+    rows = resolve_deferred(capacity, dynamodb, token_chars=token_chars)
+    reads = defaultdict(float, capacity.read_units)
+    mean_row = mean(list(rows.values())) or 0.0
+    for table, queries in capacity.deferred_queries.items():
+        needed = math.ceil(capacity.query_scanned[table] * mean_row / 4096)
+        reads[table] += max(float(queries), float(needed))
+    partitions: dict[str, dict[str, float]] = defaultdict(lambda: {"write": 0.0, "read": 0.0})
+    members: dict[str, dict[str, float]] = defaultdict(lambda: {"write": 0.0, "read": 0.0})
+    by_kind = {"write": capacity.by_partition_write, "read": capacity.by_partition_read}
+    for kind, units in by_kind.items():
+        for (table, key), value in units.items():
+            if table == "dependency" and key.startswith(JOIN_PARTITION):
+                partitions[_partition_label(key)][kind] += value
+            else:
+                members[f"{table}:{key}"][kind] += value
+    hottest_member = {
+        kind: max((value[kind] for value in members.values()), default=0.0)
+        for kind in ("write", "read")
+    }
+    return {
+        "write_units": dict(capacity.write_units),
+        "read_units": dict(reads),
+        "transactional_items": capacity.transactional_items,
+        "join_partitions": {
+            label: {
+                "write_units": round(value["write"], 2),
+                "read_units": round(value["read"], 2),
+                "write_units_per_member": round(value["write"] / n, 4),
+                "read_units_per_member": round(value["read"] / n, 4),
+            }
+            for label, value in sorted(partitions.items())
+        },
+        "hottest_other_partition": hottest_member,
+    }
+
+
+def _partition_label(key: str) -> str:
+    """The join's own partition (join row and chunk rows) or ``count shard k``."""
+    _, _, rest = key.partition("#counts#")
+    return f"count shard {rest}" if rest else JOIN_ROW_LABEL
+
+
+def per_member(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's counts divided by n."""
+    n = result["n"]
+    tracker = result["calls"]["tracker"]
+    units = result["units"]
+    plumbing = result["calls"]["plumbing_data"]
+    out: dict[str, Any] = {
+        "tracker_calls": round(sum(tracker.values()) / n, 4),
+        "tracker": {name: round(count / n, 4) for name, count in tracker.items()},
+        "by_function": {
+            function: round(sum(calls.values()) / n, 4)
+            for function, calls in result["calls_by_function"].items()
+        },
+        "plumbing_data": {name: round(count / n, 4) for name, count in plumbing.items()},
+        "state_machine": {
+            name: round(count / n, 4) for name, count in result["state_machine_calls"].items()
+        },
+        "lambda_records": {
+            name: round(stats["records"] / n, 4) for name, stats in result["lambda"].items()
+        },
+        "write_units": round(sum(units.get("write_units", {}).values()) / n, 4),
+        "read_units": round(sum(units.get("read_units", {}).values()) / n, 4),
+        "write_units_by_table": {
+            table: round(value / n, 4) for table, value in units.get("write_units", {}).items()
+        },
+        "read_units_by_table": {
+            table: round(value / n, 4) for table, value in units.get("read_units", {}).items()
+        },
+    }
+    return out
+
+
+# ------------------------------------------------------------------ engine bound
+
+
+def mix_of(result: dict[str, Any]) -> dict[str, float]:
+    """Calls one member needed: tracker, the pumps' event-carrying calls, interpreter, parent."""
+    n = result["n"]
+    mix: dict[str, float] = {}
+    for name, count in result["calls"]["tracker"].items():
+        key = TRACKER_SEND if name == "sqs.SendMessage" else name
+        mix[key] = mix.get(key, 0.0) + count / n
+    for name, count in result["calls"]["plumbing_data"].items():
+        mix[name] = mix.get(name, 0.0) + count / n
+    for name, count in result["state_machine_calls"].items():
+        mix[name] = mix.get(name, 0.0) + count / n
+    mix["stepfunctions.StartExecution (parent)"] = 1 / n
+    return mix
+
+
+def sizes_of(result: dict[str, Any]) -> dict[str, int]:
+    """Tables, queue and executions as large as a join of ``n`` left them."""
+    n = int(result["n"])
+    reads = result["calls"]["plumbing_data"].get("dynamodbstreams.GetRecords", 0)
+    records = result["lambda"].get("callback", {}).get("records", 0)
+    return {
+        "state_items": n,
+        "waiter_rows": n,
+        "queue_depth": 1,
+        "executions": n + 1,
+        "records_per_read": max(1, round(records / reads)) if reads else 10,
+    }
+
+
+def calibrate_for(
+    config: CalibrationConfig, sizes: dict[str, int], *, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """:func:`bench.calibrate.run` with the join's own operations timed as well."""
+    return calibrate.run(config, sizes, log=log, joins=True)
+
+
+def bounds(results: list[dict[str, Any]], calibration: dict[str, Any]) -> None:
+    """Add each run's engine bound and its ratio (achieved / bound) in place."""
+    per_call = calibration["per_call_ms"]
+    for result in results:
+        bound = calibrate.bound(mix_of(result), per_call)
+        result["bound"] = bound
+        achieved = float(result["members_per_s"])
+        result["ratio"] = {
+            key: round(achieved / value, 3) if value else None
+            for key, value in bound["edges_per_s"].items()
+        }
+        # The same against the process's CPU rather than the wall: what the ratio
+        # would be had the machine given the run a whole core (others' load aside).
+        cpu_ms = float(result["cpu_s"]) * 1000 / result["n"]
+        result["ratio_cpu"] = {
+            key: round(value / cpu_ms, 3) if cpu_ms else None
+            for key, value in bound["ms_per_edge"].items()
+        }
+
+
+# ------------------------------------------------------------------ model
+
+
+def _line(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(per member, per join) of a straight line through the two largest n."""
+    (n1, y1), (n2, y2) = sorted(points)[-2:]
+    slope = (y2 - y1) / (n2 - n1)
+    return slope, y1 - slope * n1
+
+
+def _derive(points: list[tuple[int, float]], sizes: tuple[int, ...]) -> dict[str, float]:
+    if len(points) < 2:
+        n0, y0 = points[-1]
+        return {str(n): round(y0 / n0 * n, 2) for n in sizes}
+    slope, fixed = _line(points)
+    return {str(n): round(slope * n + fixed, 2) for n in sizes}
+
+
+def model(
+    results: list[dict[str, Any]],
+    derived_sizes: tuple[int, ...],
+    *,
+    map_write_units_per_edge: float | None = None,
+) -> dict[str, Any]:
+    """Counts extrapolated to ``derived_sizes``, and the hot-partition arithmetic."""
+    ordered = sorted(results, key=lambda r: r["n"])
+    largest = ordered[-1]
+    names = sorted({name for r in ordered for name in r["calls"]["tracker"]})
+
+    def series(value: Callable[[dict[str, Any]], float]) -> list[tuple[int, float]]:
+        return [(r["n"], float(value(r))) for r in ordered]
+
+    totals = {
+        "tracker_calls": series(lambda r: sum(r["calls"]["tracker"].values())),
+        "write_units": series(lambda r: sum(r["units"]["write_units"].values())),
+        "read_units": series(lambda r: sum(r["units"]["read_units"].values())),
+        **{
+            f"invocations {function}": [
+                (r["n"], float(r["lambda"].get(function, {}).get("invocations", 0)))
+                for r in ordered
+            ]
+            for function in sorted({f for r in ordered for f in r["lambda"]})
+        },
+    }
+    derived: dict[str, Any] = {
+        "method": "straight line through the two largest measured n (per join: calls = a n + b);"
+        " derived, not measured",
+        "from_n": [r["n"] for r in ordered[-2:]],
+        "totals": {key: _derive(points, derived_sizes) for key, points in totals.items()},
+        "tracker_calls": {
+            name: _derive(
+                [(r["n"], float(r["calls"]["tracker"].get(name, 0))) for r in ordered],
+                derived_sizes,
+            )
+            for name in names
+        },
+        # Bounded by design (a chunk, a status change): the most measured, at any n.
+        "max_calls_per_invocation": {
+            function: dict.fromkeys(
+                (str(n) for n in derived_sizes),
+                max(r["per_invocation"].get(function, {}).get("max_calls", 0) for r in ordered),
+            )
+            for function in ("process", "update-state")
+        },
+        "decision_invocation_calls": _derive(
+            series(lambda r: r["per_invocation"].get("decision", {}).get("calls", 0)),
+            derived_sizes,
+        ),
+    }
+    per_member = {
+        key: {n: round(value / int(n), 4) for n, value in by_n.items()}
+        for key, by_n in derived["totals"].items()
+        if key in ("tracker_calls", "write_units", "read_units")
+    }
+    derived["per_member"] = per_member
+    return {
+        "derived": derived,
+        "hot_partitions": hot_partitions(largest),
+        "map_write_units_per_edge": map_write_units_per_edge,
+    }
+
+
+SHARD_MEAN = "count shard, even share"
+
+
+def hot_partitions(result: dict[str, Any]) -> dict[str, Any]:
+    """The join's partitions' units per member, and the member rate each sustains on AWS.
+
+    Per join, the ceiling is the lowest of the join's own partition and a count
+    shard taking its even share of the members (the shards' mean); the hottest
+    shard of the run itself is reported beside it (hashing n ids over 4 shards
+    is uneven at small n).
+    """
+    partitions = dict(result["units"].get("join_partitions", {}))
+    shards = [units for label, units in partitions.items() if label.startswith("count shard")]
+    if shards:
+        partitions[SHARD_MEAN] = {
+            key: mean([float(shard[key]) for shard in shards]) or 0.0
+            for key in ("write_units_per_member", "read_units_per_member")
+        }
+    rows = [_partition_row(label, units) for label, units in sorted(partitions.items())]
+    rated = [row for row in rows if row["members_per_s"]]
+    per_join = [row for row in rated if row["partition"] in (SHARD_MEAN, JOIN_ROW_LABEL)]
+    binding = min(per_join, key=lambda row: row["members_per_s"]) if per_join else None
+    hottest = min(rated, key=lambda row: row["members_per_s"]) if rated else None
+    ceiling = binding["members_per_s"] if binding else None
+    return {
+        "n": result["n"],
+        "shards": JOIN_COUNT_SHARDS,
+        "partition_write_units_per_s": PARTITION_WRITE_UNITS_PER_S,
+        "partition_read_units_per_s": PARTITION_READ_UNITS_PER_S,
+        "partitions": rows,
+        "hottest": binding["partition"] if binding else None,
+        "members_per_s_per_join": ceiling,
+        "hottest_in_run": hottest["partition"] if hottest else None,
+        "members_per_s_hottest_in_run": hottest["members_per_s"] if hottest else None,
+        "start_execution_per_s": START_EXECUTION_PER_S,
+        "start_execution_bucket": START_EXECUTION_BUCKET,
+        "headroom_over_start_execution": (
+            round(ceiling / START_EXECUTION_PER_S, 1) if ceiling else None
+        ),
+    }
+
+
+def _partition_row(label: str, units: dict[str, Any]) -> dict[str, Any]:
+    writes = float(units["write_units_per_member"])
+    reads = float(units["read_units_per_member"])
+    by_writes = PARTITION_WRITE_UNITS_PER_S / writes if writes else None
+    by_reads = PARTITION_READ_UNITS_PER_S / reads if reads else None
+    limits = [x for x in (by_writes, by_reads) if x is not None]
+    return {
+        "partition": label,
+        "write_units_per_member": round(writes, 4),
+        "read_units_per_member": round(reads, 4),
+        "members_per_s_by_writes": round(by_writes) if by_writes else None,
+        "members_per_s_by_reads": round(by_reads) if by_reads else None,
+        "members_per_s": round(min(limits)) if limits else None,
+    }
+
+
+def cost_row(result: dict[str, Any]) -> dict[str, Any]:
+    """A run as a ``patterns`` summary row, for :func:`bench.costs.edge_costs`."""
+    n = result["n"]
+    sizes = result["sqs_message_bytes"]
+    per = result["per_member"]
+    units = result["units"]
+    # The parent's message and the tracker's join_chunk messages (both well under 64 KB).
+    messages = len(sizes) + result["calls"]["tracker"].get("sqs.SendMessage", 0)
+    return {
+        "pattern": "join",
+        "n": n,
+        "transitions": result["transitions"],
+        "child_transitions_each": result["child_transitions_each"],
+        "lambda_per_edge": {
+            name: {"records": stats["records"] / n} for name, stats in result["lambda"].items()
+        },
+        "calls_per_edge": {"tracker": per["tracker"]},
+        "capacity_per_edge": {
+            **{f"write_units_{t}": v / n for t, v in units["write_units"].items()},
+            **{f"read_units_{t}": v / n for t, v in units["read_units"].items()},
+            "state_machine_read_units": 0.0,
+        },
+        "sqs_messages_per_edge": messages / n,
+        "sqs_message_bytes_mean": mean([float(size) for size in sizes]) or 0.0,
+    }
+
+
+def derived_cost_rows(
+    results: list[dict[str, Any]], sizes: tuple[int, ...]
+) -> list[dict[str, Any]]:
+    """Cost rows at ``sizes``: the largest run's counts per member, its fixed costs per join.
+
+    Per member everything is as measured at the largest n (an upper bound: it
+    still carries that run's per-join share); the parent's transitions and its
+    message are per join, the tracker's ``join_chunk`` messages one per chunk.
+    """
+    largest = max(results, key=lambda result: result["n"])
+    base = cost_row(largest)
+    rows = []
+    for n in sizes:
+        chunks = math.ceil(n / largest["chunk_size"])
+        row = {**base, "n": n, "derived": True}
+        row["sqs_messages_per_edge"] = (len(largest["sqs_message_bytes"]) + chunks - 1) / n
+        rows.append(row)
+    return rows
