@@ -15,10 +15,15 @@ touches and puts them back if it is cancelled, which is what moto's table copy
 achieves, without the copy. Semantics are moto's own: the same checks, the same
 errors, the same all-or-nothing outcome.
 
-Transactions also run one at a time here. moto applies the items after a failed
-condition before it rolls back; two transactions on the same item from two
-threads (a redelivered stream record counted twice at once) could then undo each
-other's writes, which AWS's isolation never does.
+Requests also run one at a time here. moto's DynamoDB is not thread-safe: an
+``UpdateItem`` copies or serializes an item while another thread's write
+changes it (``dictionary changed size during iteration``, seen in CI), a
+condition checked by one thread can be made false by another before the first
+writes, and moto applies a transaction's items after a failed condition before
+it rolls back, so two transactions on one item could undo each other's writes.
+AWS applies every write to an item atomically and isolates transactions; one
+lock around each DynamoDB request (its response serialized inside) gives the
+local stack that guarantee, at no cost that the GIL was not already charging.
 """
 
 from __future__ import annotations
@@ -33,17 +38,20 @@ from moto.dynamodb.exceptions import MockValidationException, TransactionCancele
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
+from moto.dynamodb.responses import DynamoHandler
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
 _lock = threading.Lock()
-_transactions = threading.Lock()
+# Re-entrant: a transaction runs inside its request's hold of the lock.
+_requests = threading.RLock()
 _depth = 0
 _original: Callable[..., None] | None = None
 _original_copy_module: Any = None
 _original_query: Callable[..., Any] | None = None
 _original_all_items: Callable[..., Any] | None = None
+_original_call_action: Callable[..., Any] | None = None
 _partition = threading.local()
 
 
@@ -110,7 +118,7 @@ def _restore(taken: list[Snapshot], streams: dict[int, int]) -> None:
 
 def _transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> None:
     assert _original is not None  # noqa: S101 (installed before use)
-    with _transactions:
+    with _requests:
         taken = _snapshots(self, transact_items)
         streams = {
             id(table.stream_shard): len(table.stream_shard.items)
@@ -122,6 +130,12 @@ def _transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, 
         except (TransactionCanceledException, MockValidationException):
             _restore(taken, streams)
             raise
+
+
+def _call_action(self: DynamoHandler) -> Any:
+    assert _original_call_action is not None  # noqa: S101 (installed before use)
+    with _requests:
+        return _original_call_action(self)
 
 
 def _query(self: Table, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
@@ -143,22 +157,19 @@ def _all_items(self: Table) -> list[Any]:
     if key is None or key[0] != id(self) or not self.range_key_attr:
         return _original_all_items(self)  # type: ignore[no-any-return]
     # The queried partition only (moto keeps just those items anyway), in key order.
+    # No other request writes meanwhile: each holds the request lock.
     partition = self.items.get(key[1]) or {}
-    for _ in range(100):
-        try:
-            items = list(partition.values())
-            break
-        except RuntimeError:  # another thread wrote to the partition meanwhile: read again
-            continue
-    else:
-        return _original_all_items(self)  # type: ignore[no-any-return]
-    return sorted(items, key=lambda item: item.range_key)
+    return sorted(partition.values(), key=lambda item: item.range_key)
 
 
 @contextlib.contextmanager
 def aws_like_costs() -> Iterator[None]:
-    """Within the block, moto's transactions and queries cost what AWS's do (re-entrant)."""
+    """Within the block, moto's DynamoDB costs what AWS's does and applies each request atomically.
+
+    Re-entrant.
+    """
     global _depth, _original, _original_copy_module, _original_query, _original_all_items  # noqa: PLW0603 (one patch per process)
+    global _original_call_action  # noqa: PLW0603 (one patch per process)
     with _lock:
         if _depth == 0:
             _original = DynamoDBBackend.transact_write_items
@@ -168,6 +179,8 @@ def aws_like_costs() -> Iterator[None]:
             _original_query, _original_all_items = Table.query, Table.all_items
             Table.query = _query  # type: ignore[method-assign]
             Table.all_items = _all_items  # type: ignore[method-assign]
+            _original_call_action = DynamoHandler.call_action
+            DynamoHandler.call_action = _call_action  # type: ignore[method-assign]
         _depth += 1
     try:
         yield
@@ -179,3 +192,4 @@ def aws_like_costs() -> Iterator[None]:
                 dynamodb_models.copy = _original_copy_module  # type: ignore[attr-defined]
                 Table.query = _original_query  # type: ignore[method-assign,assignment]
                 Table.all_items = _original_all_items  # type: ignore[method-assign,assignment]
+                DynamoHandler.call_action = _original_call_action  # type: ignore[method-assign,assignment]
