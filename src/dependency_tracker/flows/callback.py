@@ -3,6 +3,13 @@
 Send first, mark second: a crash in between re-sends on redelivery, which
 Step Functions refuses harmlessly (``InvalidToken``/``TaskTimedOut``), while
 marking first could lose the wake-up for good.
+
+A throttled or 5xx ``SendTask*`` is retried here, with backoff
+(:class:`~dependency_tracker.flows.backoff.Backoff`), before the caller is told
+to retry: the stream's event source mapping retries a failed record only a few
+times and then discards it. A row whose record was discarded anyway stays
+terminal and un-notified; the sweeper (:mod:`dependency_tracker.flows.sweeper`)
+finds it and sends it through this same flow.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from botocore.exceptions import ClientError
 
 from dependency_tracker.clients import client
 from dependency_tracker.errors import CallbackDeliveryError
+from dependency_tracker.flows.backoff import Backoff, error_code, is_transient
 from dependency_tracker.flows.joins.counting import JoinCounting
 from dependency_tracker.flows.joins.summary import invalid_join_cause, read_summary
 from dependency_tracker.limits import SFN_MAX_CAUSE_CHARS, SFN_MAX_ERROR_CHARS, utf8_size
@@ -77,11 +85,14 @@ class CallbackFlow:
         dependencies: DependencyTable,
         sfn: SFNClient,
         bucket: PayloadBucket | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.settings = settings
         self.dependencies = dependencies
         self._sfn = sfn
         self._bucket = bucket
+        # Retries of a throttled or 5xx SendTask* before the record is failed.
+        self.backoff = backoff or Backoff()
         self.joins = JoinStore(dependencies.client, dependencies.table_name)
         self.counting = JoinCounting(
             joins=self.joins,
@@ -99,16 +110,20 @@ class CallbackFlow:
             bucket=PayloadBucket(client("s3"), settings.payload_bucket),
         )
 
-    def handle(self, image: Row) -> CallbackAction:
+    def handle(self, image: Row, *, deadline: float | None = None) -> CallbackAction:
         """Act on one dependency-table row from the stream (its new image).
 
         A task-token waiter or a join that turned terminal: tell the parent.
         A join membership that turned terminal: record it on the join, which
         turns terminal itself once its quorum is decided.
 
+        ``deadline`` (on :attr:`backoff`'s monotonic clock) is when the caller
+        must be done: no retry of a refused send waits past it.
+
         Raises:
             CallbackDeliveryError: Step Functions refused for a reason that a
-                retry may fix (throttling, 5xx); the stream record is retried.
+                retry may fix (throttling, 5xx) and the retries here ran out;
+                the stream record is retried.
         """
         logger.set_correlation_id(image.payload_id)
         if isinstance(image, MembershipItem):
@@ -116,7 +131,7 @@ class CallbackFlow:
             action = self._record_membership(image)
         else:
             logger.append_keys(token_hash=redact_token(image.task_token))
-            action = self._notify(image)
+            action = self._notify(image, deadline)
         logger.info("callback handled", extra={"action": action.value})
         metrics.add_metric(name=action.metric_name, unit=MetricUnit.Count, value=1)
         return action
@@ -131,7 +146,7 @@ class CallbackFlow:
             return None
         return current, current.resolution
 
-    def _notify(self, image: WaiterItem | JoinItem) -> CallbackAction:
+    def _notify(self, image: WaiterItem | JoinItem, deadline: float | None) -> CallbackAction:
         if image.resolution is None:
             return CallbackAction.NOT_READY
         found = self._current(image)
@@ -139,9 +154,9 @@ class CallbackFlow:
             return CallbackAction.ALREADY_NOTIFIED
         current, resolution = found
         if isinstance(current, JoinItem):
-            action, outcome = self._send_join(current)
+            action, outcome = self._send_join(current, deadline)
         elif isinstance(current, WaiterItem):
-            action, outcome = self._send_waiter(current, resolution)
+            action, outcome = self._send_waiter(current, resolution, deadline)
         else:
             return CallbackAction.ALREADY_NOTIFIED
         self._mark(current, outcome)
@@ -168,7 +183,7 @@ class CallbackFlow:
         )
 
     def _send_waiter(
-        self, waiter: WaiterItem, resolution: Resolution
+        self, waiter: WaiterItem, resolution: Resolution, deadline: float | None
     ) -> tuple[CallbackAction, str]:
         if resolution.state is PayloadState.SUCCEEDED:
             success = CallbackSuccess(
@@ -183,7 +198,7 @@ class CallbackFlow:
                 reference=success.reference,
                 limit=MAX_WAIT_OUTPUT_BYTES,
             )
-            return self._send(waiter.task_token, resolution.state, output=output)
+            return self._send(waiter.task_token, resolution.state, deadline=deadline, output=output)
         failure = CallbackFailure(
             error=waiter.error_name or DependencyError.for_state(resolution.state),
             payload_id=waiter.payload_id,
@@ -193,7 +208,11 @@ class CallbackFlow:
             payload_cause=resolution.cause,
         )
         return self._send(
-            waiter.task_token, resolution.state, error=failure.error, cause=failure.cause_json()
+            waiter.task_token,
+            resolution.state,
+            deadline=deadline,
+            error=failure.error,
+            cause=failure.cause_json(),
         )
 
     def join_output(self, join: JoinItem) -> str:
@@ -211,17 +230,21 @@ class CallbackFlow:
             limit=MAX_JOIN_OUTPUT_BYTES,
         )
 
-    def _send_join(self, join: JoinItem) -> tuple[CallbackAction, str]:
+    def _send_join(self, join: JoinItem, deadline: float | None) -> tuple[CallbackAction, str]:
         error = DependencyError(join.error) if join.error else DependencyError.QUORUM_UNREACHABLE
         if error is DependencyError.INVALID_JOIN:
             # Decided while registering (a bad manifest chunk, a quorum over n): the
             # reason is the news, not the members.
             cause = invalid_join_cause(join)
-            return self._send(join.task_token, join.workflow_state, error=error, cause=cause)
+            return self._send(
+                join.task_token, join.workflow_state, deadline=deadline, error=error, cause=cause
+            )
         text = self.join_output(join)
         if join.workflow_state is PayloadState.SUCCEEDED:
-            return self._send(join.task_token, join.workflow_state, output=text)
-        return self._send(join.task_token, join.workflow_state, error=error, cause=text)
+            return self._send(join.task_token, join.workflow_state, deadline=deadline, output=text)
+        return self._send(
+            join.task_token, join.workflow_state, deadline=deadline, error=error, cause=text
+        )
 
     def _bounded(
         self, full: str, *, key: str, reference: Callable[[str | None], str], limit: int
@@ -252,11 +275,12 @@ class CallbackFlow:
         task_token: str,
         state: PayloadState,
         *,
+        deadline: float | None,
         output: str | None = None,
         error: DependencyError | None = None,
         cause: str | None = None,
     ) -> tuple[CallbackAction, str]:
-        try:
+        def send() -> None:
             if error is None:
                 self._sfn.send_task_success(taskToken=task_token, output=output or "{}")
             else:
@@ -267,13 +291,30 @@ class CallbackFlow:
                     error=error.value[:SFN_MAX_ERROR_CHARS],
                     cause=(cause or "")[:SFN_MAX_CAUSE_CHARS],
                 )
+
+        try:
+            self.backoff.call(send, deadline=deadline, on_retry=_count_retry)
         except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "Unknown")
+            code = error_code(exc)
             if code in PARENT_GONE_CODES:
                 logger.info("parent no longer waits", extra={"code": code})
                 return CallbackAction.PARENT_GONE, f"PARENT_GONE:{code}"
+            if is_transient(exc):
+                # Retried here as long as allowed: the stream retries the record next,
+                # then discards it, and the sweeper sends what it left behind.
+                logger.warning("callback still refused after retries", extra={"code": code})
+                metrics.add_metric(name="CallbackSendsExhausted", unit=MetricUnit.Count, value=1)
             raise CallbackDeliveryError(code, redact_token(task_token) or "") from exc
         return CallbackAction.SENT, f"SENT:{state.value}"
+
+
+def _count_retry(exc: ClientError, retry: int, wait: float) -> None:
+    """Log and count one retry of a refused send (the wait it is about to take)."""
+    logger.info(
+        "callback refused, retrying",
+        extra={"code": error_code(exc), "retry": retry, "wait_seconds": round(wait, 3)},
+    )
+    metrics.add_metric(name="CallbackSendRetries", unit=MetricUnit.Count, value=1)
 
 
 def _output_key(kind: str, payload_id: str, waiter_id: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,11 @@ processor = BatchProcessor(
     event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False
 )
 
+# Time kept back from the function's timeout when retrying a refused send: one more
+# SendTask* with botocore's own retries (about 3 s when throttled), marking the row,
+# and answering with the batch's failures before Lambda stops the invocation.
+DEADLINE_RESERVE_SECONDS = 15.0
+
 
 @cache
 def callback_flow() -> CallbackFlow:
@@ -36,8 +42,20 @@ def callback_flow() -> CallbackFlow:
     return CallbackFlow.from_settings(get_settings())
 
 
-def record_handler(record: DynamoDBRecord) -> None:
-    """Notify the parent of one waiter row; raising fails only this record."""
+def deadline_of(context: LambdaContext | None) -> float | None:
+    """Monotonic time by which retries of a refused send must have stopped."""
+    if context is None:
+        return None
+    remaining = context.get_remaining_time_in_millis() / 1000
+    return time.monotonic() + max(0.0, remaining - DEADLINE_RESERVE_SECONDS)
+
+
+def record_handler(record: DynamoDBRecord, lambda_context: LambdaContext | None = None) -> None:
+    """Notify the parent of one waiter row; raising fails only this record.
+
+    Powertools passes ``lambda_context``: a throttled send is retried here only
+    while the invocation has time left (:data:`DEADLINE_RESERVE_SECONDS`).
+    """
     if record.dynamodb is None:
         return
     image = record.dynamodb.new_image
@@ -54,7 +72,7 @@ def record_handler(record: DynamoDBRecord) -> None:
             )
             metrics.add_metric(name="InvalidWaiterImages", unit=MetricUnit.Count, value=1)
             raise
-        callback_flow().handle(row)
+        callback_flow().handle(row, deadline=deadline_of(lambda_context))
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from dependency_tracker import clients
-from dependency_tracker.handlers.callback import lambda_handler
+from dependency_tracker.handlers.callback import callback_flow, lambda_handler
 from dependency_tracker.models import PayloadState, WaiterItem
 from tests.conftest import Aws, load_event, payload
 from tests.harness import Pumps, create_parent, start_parent
@@ -78,8 +79,17 @@ def test_gone_parent_is_recorded_not_failed(aws: Aws, lambda_context: LocalConte
     assert row.expiration_time is not None
 
 
+@pytest.fixture
+def no_waits(aws: Aws) -> None:
+    """The handler retries a refused send without sleeping (see test_callback_backoff.py)."""
+    flow = callback_flow()
+    flow.backoff = replace(flow.backoff, sleep=lambda _seconds: None)
+
+
+@pytest.mark.usefixtures("no_waits")
 def test_throttling_fails_only_that_record(aws: Aws, lambda_context: LocalContext) -> None:
     # GIVEN two terminal rows in one stream batch, and Step Functions throttling the first token
+    # (every try: the handler's own retries run out)
     event = load_event("ddb_stream_waiter.json")
     first = stored_waiter(aws, event)
     second_record = json.loads(json.dumps(event["Records"][0]))
