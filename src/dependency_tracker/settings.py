@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from functools import cache
 from typing import Self
 
@@ -24,6 +25,10 @@ ENV_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
 ENV_SERVICE_NAME = "POWERTOOLS_SERVICE_NAME"
 
 DEFAULT_PREFIX = "deptrack"
+# template.yaml's AllowedPattern for Prefix. No "-": it separates the prefix from the
+# rest of every name, so "{prefix}-" never starts another prefix's names (and
+# ``workflow_of`` never claims another stack's state machines).
+PREFIX_PATTERN = r"^[a-z][a-z0-9]{0,19}$"
 DEFAULT_METRICS_NAMESPACE = "DependencyTracker"
 DEFAULT_SERVICE_NAME = "dependency-tracker"
 DEFAULT_CYCLE_DEPTH = 10
@@ -56,7 +61,7 @@ class Settings(BaseModel, frozen=True):
     state_table: str
     dependency_table: str
     workflow_arn_prefix: str
-    prefix: str = DEFAULT_PREFIX
+    prefix: str = Field(default=DEFAULT_PREFIX, pattern=PREFIX_PATTERN)
     waiter_retention_days: int = Field(default=7, ge=1)
     payload_bucket: str | None = None
     claim_lease_seconds: int = Field(default=86_400, ge=1)
@@ -97,6 +102,10 @@ class Settings(BaseModel, frozen=True):
                 raise ConfigurationError(ENV_CYCLE_DEPTH, "must be a non-negative integer")
             values["cycle_depth"] = int(depth)
         values.update({key: value for key, value in overrides.items() if value is not None})
+        if not re.fullmatch(PREFIX_PATTERN, str(values["prefix"])):
+            raise ConfigurationError(
+                ENV_PREFIX, "must be 1-20 lower-case letters and digits, starting with a letter"
+            )
         return cls.model_validate(values)
 
     def state_machine_arn(self, workflow: str) -> str:

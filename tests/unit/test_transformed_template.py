@@ -47,7 +47,7 @@ GENERATED_COUNTS = {
     "AWS::Events::Rule": 1,  # update-state's EventBridgeRule event
     "AWS::Lambda::Permission": 1,  # that rule invoking update-state
     "AWS::Lambda::EventInvokeConfig": 1,  # update-state's retries and on-failure destination
-    "AWS::IAM::Role": 4,  # one per state machine; the functions bring their own
+    # no AWS::IAM::Role: every function and state machine brings its own
 }
 # Settings SAM copies from a function (with Globals merged) to AWS::Lambda::Function.
 COPIED_SETTINGS = (
@@ -172,29 +172,39 @@ def test_state_machines_keep_name_type_substitutions_logging_and_tracing(
 # ---------------------------------------------------------------------- roles
 
 
-def test_sam_builds_one_role_per_state_machine_and_none_for_the_functions(
-    template: dict[str, Any], transformed: dict[str, Any]
+@pytest.mark.parametrize("parameters", PARAMETER_SETS)
+def test_sam_builds_no_role_and_each_state_machine_trusts_only_itself(
+    template: dict[str, Any], transformed: dict[str, Any], parameters: dict[str, str]
 ) -> None:
-    stack = Stack(transformed)
+    # GIVEN the transformed template, deployed with these parameters in another region
+    stack = Stack(transformed, parameters, region="eu-west-1")
     holders = role_holders(stack)
     own_roles = set(Stack(template).of_type("AWS::IAM::Role"))
-    for function in FUNCTIONS:
-        # each function runs with its own role from the template, nothing SAM made
-        (role,) = [r for r, holder in holders.items() if holder == function]
-        assert role in own_roles, function
-    for machine in stack.of_type(SFN_STATE_MACHINE):
-        (role,) = [r for r, holder in holders.items() if holder == machine]
-        assert role not in own_roles, machine
+    # THEN every function and every state machine runs with its own role from the
+    # template, each used by one of them; SAM made none
+    assert set(holders) == own_roles == set(stack.of_type("AWS::IAM::Role"))
+    assert sorted(holders.values()) == sorted([*FUNCTIONS, *stack.of_type(SFN_STATE_MACHINE)]), (
+        "a role nobody uses, or a function or state machine without its own"
+    )
+    for role, machine in holders.items():
+        if machine in FUNCTIONS:
+            continue
         properties = stack.resolved_properties(role)
+        # AND Step Functions may assume a state machine's role only for that state
+        # machine, by the ARN CloudFormation gives it, in this account (confused deputy)
         assert properties["AssumeRolePolicyDocument"]["Statement"] == [
             {
-                "Action": ["sts:AssumeRole"],
                 "Effect": "Allow",
-                "Principal": {"Service": ["states.amazonaws.com"]},
+                "Principal": {"Service": "states.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+                "Condition": {
+                    "StringEquals": {"aws:SourceAccount": ACCOUNT},
+                    "ArnEquals": {"aws:SourceArn": stack.physical(machine).ref},
+                },
             }
-        ], "only Step Functions may assume a state machine's role"
+        ], machine
         assert "PermissionsBoundary" not in properties
-    assert set(holders) == set(stack.of_type("AWS::IAM::Role")), "a role nobody uses"
+        assert "ManagedPolicyArns" not in properties
 
 
 @pytest.mark.parametrize("parameters", PARAMETER_SETS)
@@ -298,7 +308,8 @@ def test_update_state_rule_permission_and_invoke_config(transformed: dict[str, A
         "SourceArn": stack.arn_of(rule_id),
     }
     # AND the DLQ admits the same rule, by the ARN CloudFormation gives it
-    (allow,) = stack.resolved_properties("UpdateStateDlqPolicy")["PolicyDocument"]["Statement"]
+    statements = stack.resolved_properties("UpdateStateDlqPolicy")["PolicyDocument"]["Statement"]
+    (allow,) = [s for s in statements if s["Effect"] == "Allow"]  # beside the TLS-only deny
     assert allow["Condition"] == {"ArnEquals": {"aws:SourceArn": stack.arn_of(rule_id)}}
     # AND errors of the function itself go, after Lambda's retries, to the same DLQ
     (config_id,) = stack.of_type("AWS::Lambda::EventInvokeConfig")
@@ -396,11 +407,12 @@ def test_transform_makes_no_aws_call(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
     result = transform()
-    # SAM wrote the managed policy ARN from the fixed map, for the session's region
+    # SAM attached no managed policy: every role is the template's, with inline statements
     arns = {
         str(arn)
         for resource in result["Resources"].values()
         if resource["Type"] == "AWS::IAM::Role"
         for arn in resource["Properties"].get("ManagedPolicyArns", [])
     }
-    assert arns == {"arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess"}
+    assert arns == set()
+    assert result["Resources"]

@@ -7,6 +7,9 @@ from typing import Any
 STATE_TABLE_KEY = "payload_id"
 DEPENDENCY_TABLE_KEYS = ("payload_id", "waiter_id")
 TTL_ATTRIBUTE = "expiration_time"
+# The callback reads and filters a record's NewImage only; an old image would be one
+# more copy of every task token in the stream (template.yaml sets the same).
+STREAM_VIEW_TYPE = "NEW_IMAGE"
 
 
 def state_table_definition(name: str) -> dict[str, Any]:
@@ -20,7 +23,7 @@ def state_table_definition(name: str) -> dict[str, Any]:
 
 
 def dependency_table_definition(name: str) -> dict[str, Any]:
-    """``CreateTable`` arguments of the dependency table (stream on, both images)."""
+    """``CreateTable`` arguments of the dependency table (stream on, new images only)."""
     partition, sort = DEPENDENCY_TABLE_KEYS
     return {
         "TableName": name,
@@ -33,7 +36,7 @@ def dependency_table_definition(name: str) -> dict[str, Any]:
             {"AttributeName": sort, "AttributeType": "S"},
         ],
         "BillingMode": "PAY_PER_REQUEST",
-        "StreamSpecification": {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        "StreamSpecification": {"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE},
     }
 
 
