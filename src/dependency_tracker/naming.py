@@ -42,3 +42,13 @@ def attempt_of(name: str, payload_id: str) -> int | None:
 def execution_arn(state_machine_arn: str, name: str) -> str:
     """ARN of the execution ``name`` of a (standard) state machine."""
     return f"{state_machine_arn.replace(':stateMachine:', ':execution:', 1)}:{name}"
+
+
+def is_express_arn(execution_arn: str) -> bool:
+    """Whether an execution ARN names an Express run (``arn:…:express:machine:name:id``).
+
+    Express runs cannot be described (``DescribeExecution`` supports them only
+    when a Map Run dispatched them) and their names are not unique.
+    """
+    parts = execution_arn.split(":")
+    return len(parts) > 5 and parts[5] == "express"

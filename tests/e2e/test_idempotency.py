@@ -78,7 +78,9 @@ def test_failure_then_resubmission_runs_a_new_attempt(stack: LocalStack) -> None
     assert len(item.executions) == 2
 
 
-def test_dead_claim_is_taken_over(stack: LocalStack, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_whose_end_was_never_seen_is_recorded_by_the_lease_not_run_again(
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # GIVEN a payload that ran, whose status change the tracker never saw: it looks
     # PROCESSING, claimed long ago
     sqs = stack.client("sqs")
@@ -103,12 +105,14 @@ def test_dead_claim_is_taken_over(stack: LocalStack, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv(settings.ENV_CLAIM_LEASE_SECONDS, "3600")
     settings.get_settings.cache_clear()
     process_flow.cache_clear()
-    # WHEN a parent waits on it THEN the lease check finds the run dead and starts attempt 2
+    # WHEN a parent waits on it THEN the lease check finds that the run ended, records its end
+    # as update-state would, and answers the parent; the payload is not started again
     (summary,) = summaries(stack, start_parent(stack, "lease", [dependency("i-lease")]))
-    assert summary["replayed"] is False
+    assert (summary["payload_id"], summary["replayed"]) == (dependency_id("i-lease"), False)
     item = state_of(stack, dependency_id("i-lease"))
     assert item is not None
-    assert (item.state, item.attempt) == (PayloadState.SUCCEEDED, 2)
+    assert (item.state, item.attempt) == (PayloadState.SUCCEEDED, 1)
+    assert len(item.executions) == 1
     settings.get_settings.cache_clear()
     process_flow.cache_clear()
 

@@ -27,6 +27,7 @@ from dependency_tracker.errors import (
 )
 from dependency_tracker.flows.cycles import Cycle, CycleGuard
 from dependency_tracker.flows.joins.registration import JoinRegistration
+from dependency_tracker.flows.update_state import UpdateAction, UpdateStateFlow
 from dependency_tracker.models import (
     DependencyError,
     InvalidMessageItem,
@@ -57,6 +58,8 @@ if TYPE_CHECKING:
     from dependency_tracker.settings import Settings
     from dependency_tracker.stores.manifest import ManifestReader
 
+# DescribeExecution statuses of a run that may still end on its own.
+LIVE_STATUSES = frozenset({"RUNNING", "PENDING_REDRIVE"})
 # Each round re-reads after a lost conditional write; a few suffice, since a
 # lost race always means the item moved forward.
 MAX_ROUNDS = 5
@@ -82,6 +85,7 @@ class ProcessAction(StrEnum):
     RESUMED_START = "resumed_start"  # finished starting a claim another invocation left
     WAITING = "waiting"  # an execution is live; update-state will resolve the waiter
     TOOK_OVER = "took_over"  # the lease ran out on a dead execution: a new attempt started
+    RECOVERED = "recovered"  # the lease ran out on an ended run whose status never came: recorded
     REPLAYED = "replayed"  # already finished: the waiter was resolved from the stored state
     INVALID = "invalid"  # the message was recorded as invalid
     JOINED = "joined"  # a join was registered and each member started, replayed or left
@@ -121,6 +125,15 @@ class ProcessFlow:
                 retention_days=settings.waiter_retention_days,
             ),
             max_length=settings.cycle_depth,
+        )
+        # A lease takeover that finds the run ended records it as update-state would.
+        self.recorder = UpdateStateFlow(
+            settings=settings,
+            states=states,
+            dependencies=dependencies,
+            sfn=sfn,
+            bucket=bucket,
+            sqs=sqs,
         )
         self.joins = JoinRegistration(
             joins=JoinStore(dependencies.client, dependencies.table_name),
@@ -359,12 +372,10 @@ class ProcessFlow:
             claimed = self.states.claim(payload, seen, message_id=message_id)
             self._start(payload, claimed.attempt)
             return ProcessAction.STARTED
-        if self._lease_expired(seen) and self._execution_dead(payload, seen):
-            # The run died without an update reaching us (a lost event, a
-            # claimer that never started): take the payload over.
-            claimed = self.states.claim(payload, seen, message_id=message_id)
-            self._start(payload, claimed.attempt)
-            return ProcessAction.TOOK_OVER
+        if self._lease_expired(seen):
+            after = self._after_lease(payload, message_id, seen)
+            if after is not None:
+                return after
         if seen.state is PayloadState.CLAIMED:
             # The claimer may have died before StartExecution; the name is
             # deterministic, so starting again is harmless if it did not.
@@ -382,20 +393,65 @@ class ProcessFlow:
         age = utcnow() - seen.claimed_at
         return age.total_seconds() > self.settings.claim_lease_seconds
 
-    def _execution_dead(self, payload: ProcessPayload, seen: PayloadStateItem) -> bool:
-        arn = seen.execution_arn or naming.execution_arn(
+    def _after_lease(
+        self, payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
+    ) -> ProcessAction | None:
+        """The lease ran out and no final state came: find out what became of the run.
+
+        None while the run lives, or when it never started (the ``CLAIMED`` path
+        then starts it under its deterministic name).
+
+        Raises:
+            TransitionConflictError: A newer report landed meanwhile (read again).
+        """
+        arn = self._attempt_arn(payload, seen)
+        if arn is None:
+            # An Express run lasts at most five minutes and cannot be described: past
+            # the lease it is over and its report was lost. A new attempt has a new
+            # name, so it never runs the lost attempt twice.
+            return self._take_over(payload, message_id, seen)
+        try:
+            described = dict(self._sfn.describe_execution(executionArn=arn))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ExecutionDoesNotExist":
+                raise
+            if seen.state is PayloadState.CLAIMED:
+                return None  # never started: start it under the same name
+            # Recorded as started, yet gone (its history expired): nothing to wait for.
+            return self._take_over(payload, message_id, seen)
+        status = str(described["status"])
+        logger.info("lease expired", extra={"execution_arn": arn, "status": status})
+        if status in LIVE_STATUSES:
+            return None
+        # It ended, and its status has not reached update-state: lost, or still being
+        # retried by EventBridge (for up to 24 hours). Record it exactly as update-state
+        # would; starting again would run a payload that may have succeeded.
+        recorded = self.recorder.record_described(described)
+        if recorded in (UpdateAction.RECORDED, UpdateAction.REPEATED):
+            return ProcessAction.RECOVERED
+        if recorded is UpdateAction.STALE:
+            raise TransitionConflictError(f"{payload.id}: a newer run was recorded")
+        # Its input is no payload of ours (cannot happen for runs we started): run again.
+        return self._take_over(payload, message_id, seen)
+
+    def _take_over(
+        self, payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
+    ) -> ProcessAction:
+        claimed = self.states.claim(payload, seen, message_id=message_id)
+        self._start(payload, claimed.attempt)
+        return ProcessAction.TOOK_OVER
+
+    def _attempt_arn(self, payload: ProcessPayload, seen: PayloadStateItem) -> str | None:
+        """The current attempt's execution, derived from its name; None for an Express run.
+
+        Derived, not read from the item: an item may still name an older run.
+        """
+        if seen.execution_arn is not None and naming.is_express_arn(seen.execution_arn):
+            return None
+        return naming.execution_arn(
             self.settings.state_machine_arn(payload.workflow),
             naming.execution_name(payload.id, seen.attempt),
         )
-        try:
-            status = self._sfn.describe_execution(executionArn=arn)["status"]
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ExecutionDoesNotExist":
-                # Never started: the CLAIMED path starts it under the same name.
-                return False
-            raise
-        logger.info("lease expired", extra={"execution_arn": arn, "status": status})
-        return status != "RUNNING"
 
     @staticmethod
     def _should_run(

@@ -29,7 +29,7 @@ from dependency_tracker.flows.chaining import (
 )
 from dependency_tracker.flows.results import build_result
 from dependency_tracker.limits import utf8_size
-from dependency_tracker.models import ProcessPayload, Resolution
+from dependency_tracker.models import ProcessPayload, Resolution, StatusChange
 from dependency_tracker.observability import logger, metrics
 from dependency_tracker.settings import ENV_PAYLOAD_BUCKET
 from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_stepfunctions import SFNClient
 
-    from dependency_tracker.models import StatusChange
     from dependency_tracker.settings import Settings
 
 
@@ -135,6 +134,7 @@ class UpdateStateFlow:
                 error=error,
                 cause=cause,
                 result_json=result_json,
+                run_rank=change.run_rank,
             )
             action = UpdateAction.RECORDED
         except TransitionConflictError:
@@ -206,6 +206,19 @@ class UpdateStateFlow:
         output = self._describe(change.execution_arn).get("output")
         return None if output is None else str(output)
 
+    def record_described(self, described: dict[str, Any]) -> UpdateAction:
+        """Record a run's end found by ``DescribeExecution`` (its event never came).
+
+        The same path as an event: the lease takeover in the process flow uses
+        it for a run that ended while its status event was lost or is still
+        being retried, so nothing runs twice and every waiter is answered.
+        """
+        self._described = (str(described["executionArn"]), described)
+        try:
+            return self.handle(StatusChange.from_description(described))
+        finally:
+            logger.remove_keys(["execution_arn"])  # the caller's log lines are not about it
+
     def _describe(self, execution_arn: str) -> dict[str, Any]:
         """``DescribeExecution`` of a stopped execution, once per execution."""
         if self._described is None or self._described[0] != execution_arn:
@@ -226,7 +239,15 @@ class UpdateStateFlow:
             # A payload too large for the execution input travelled by reference.
             try:
                 document = json.loads(self._bucket.read_url(str(document["url"])))
-            except (InvalidMessageError, json.JSONDecodeError) as exc:
+            except InvalidMessageError as exc:
+                if exc.retryable:
+                    # Missing or forbidden now (IAM propagation, an eventually consistent
+                    # read): raise, so the change is retried and then kept in the DLQ,
+                    # rather than dropped with the waiters never answered.
+                    raise
+                logger.error("cannot read the execution's payload", extra={"reason": str(exc)})
+                return None
+            except json.JSONDecodeError as exc:
                 logger.error("cannot read the execution's payload", extra={"reason": str(exc)})
                 return None
         try:

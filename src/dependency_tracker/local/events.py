@@ -50,6 +50,7 @@ def status_change_event(
         "outputDetails": {"included": "output" in execution},
         "error": execution.get("error"),
         "cause": execution.get("cause"),
+        "redriveCount": execution.get("redriveCount") or 0,
     }
     when = stop if isinstance(stop, datetime) else datetime.now(UTC)
     return {

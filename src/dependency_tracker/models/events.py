@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from dependency_tracker.models.enums import INVALID_INPUT_ERRORS, ExecutionStatus, PayloadState
@@ -30,6 +33,40 @@ class StatusChange(BaseModel):
     output_details: InputDetails = Field(default_factory=InputDetails, alias="outputDetails")
     error: str | None = None
     cause: str | None = None
+    # RedriveExecution reruns a failed Standard execution under the same ARN; each
+    # redrive sends a new terminal event with this count raised.
+    redrive_count: int = Field(default=0, alias="redriveCount")
+
+    @classmethod
+    def from_description(cls, described: dict[str, Any]) -> StatusChange:
+        """The status change a ``DescribeExecution`` response stands for (no event needed)."""
+        return cls.model_validate(
+            {
+                "executionArn": described["executionArn"],
+                "stateMachineArn": described["stateMachineArn"],
+                "name": described["name"],
+                "status": described["status"],
+                "startDate": _millis(described.get("startDate")),
+                "stopDate": _millis(described.get("stopDate")),
+                "input": described.get("input"),
+                "inputDetails": {"included": "input" in described},
+                "output": described.get("output"),
+                "outputDetails": {"included": "output" in described},
+                "error": described.get("error"),
+                "cause": described.get("cause"),
+                "redriveCount": described.get("redriveCount") or 0,
+            }
+        )
+
+    @property
+    def run_rank(self) -> int:
+        """Orders the terminal reports of one execution: later redrive, then later stop.
+
+        A redriven execution keeps its ARN, and EventBridge retries a delivery for
+        up to 24 hours, so the first failure's event can arrive after the
+        redrive's success; the higher rank is the newer run.
+        """
+        return self.redrive_count * RANK_PER_REDRIVE + (self.stop_date or 0)
 
     @property
     def state_machine_name(self) -> str:
@@ -59,6 +96,18 @@ class StatusChange(BaseModel):
         if self.status is ExecutionStatus.ABORTED:
             return self.error or "Aborted"
         return self.error
+
+
+# Stop dates are epoch milliseconds (13 digits until the year 2286).
+RANK_PER_REDRIVE = 10**13
+
+
+def _millis(value: object) -> int | None:
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    if isinstance(value, int):
+        return value
+    return None
 
 
 class StatusReport(BaseModel):

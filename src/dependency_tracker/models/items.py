@@ -106,6 +106,9 @@ class PayloadStateItem(TableItem):
     last_cause: str | None = None
     claim_message_id: str | None = None
     result_json: str | None = None
+    # StatusChange.run_rank of the recorded final state: a report of the same
+    # execution with a lower rank (a late event from before a redrive) is refused.
+    run_rank: int | None = None
 
     def to_item(self) -> dict[str, Any]:
         """Attribute-value map; ``executions`` is a string set (``ADD``-able)."""

@@ -104,7 +104,9 @@ class StateTable:
                     UpdateExpression=(
                         "SET #state = :claimed, attempt = :attempt, workflow = :workflow, "
                         "claimed_at = :now, updated_at = :now, claim_message_id = :message "
-                        "REMOVE finished_at"
+                        # The previous attempt's run is not this attempt's: liveness and
+                        # report ordering must not look at it (it stays in executions).
+                        "REMOVE finished_at, execution_arn, run_rank"
                     ),
                     ConditionExpression="#state = :seen_state AND attempt = :seen_attempt",
                     ExpressionAttributeNames={"#state": "state"},
@@ -124,7 +126,11 @@ class StateTable:
             raise
         if seen is not None:
             claimed = claimed.model_copy(
-                update={"executions": seen.executions, "last_error": seen.last_error}
+                update={
+                    "executions": seen.executions,
+                    "last_error": seen.last_error,
+                    "last_cause": seen.last_cause,
+                }
             )
         return claimed
 
@@ -173,13 +179,21 @@ class StateTable:
         error: str | None = None,
         cause: str | None = None,
         result_json: str | None = None,
+        run_rank: int = 0,
     ) -> PayloadStateItem:
         """Write the terminal state of an execution.
 
         ``attempt`` is the attempt the execution ran for (None for an execution
-        the tracker did not start). A stale report (an older attempt, or a
-        foreign execution while an attempt is live) and a repeated one are
-        refused, so the caller can tell them apart by re-reading.
+        the tracker did not start). Refused, so the caller can tell them apart
+        by re-reading:
+
+        * a stale report: an older attempt, a foreign execution while an attempt
+          is live, or a second run of an attempt that already ended (an Express
+          start is not idempotent: the first run to end decides the attempt);
+        * an older report of the same execution: ``run_rank`` (redrive count,
+          then stop date) not above the recorded one, so a late event from
+          before a redrive never overwrites the redriven run's result;
+        * a repeat of the recorded report.
 
         Raises:
             TransitionConflictError: The item moved on or already holds this result.
@@ -194,6 +208,9 @@ class StateTable:
             "workflow": workflow,
             "now": utcnow(),
             "attempt": attempt or 0,
+            "rank": run_rank,
+            "claimed": PayloadState.CLAIMED.value,
+            "processing": PayloadState.PROCESSING.value,
         }
         sets = [
             "#state = :state",
@@ -203,6 +220,7 @@ class StateTable:
             "finished_at = :now",
             "created_at = if_not_exists(created_at, :now)",
             "attempt = if_not_exists(attempt, :attempt)",
+            "run_rank = :rank",
         ]
         # The last error outlives a later success (attempt history); a result
         # belongs to the run that produced it.
@@ -225,23 +243,29 @@ class StateTable:
         expression = f"SET {', '.join(sets)} ADD executions :arns"
         if removes:
             expression += f" REMOVE {', '.join(removes)}"
+        live = "#state IN (:claimed, :processing)"
+        # The same execution reporting again: only a newer run of it (a redrive)
+        # replaces what is recorded. Items written before ranks existed compare
+        # by state, as they did then.
+        newer = (
+            "(execution_arn = :arn AND (run_rank < :rank "
+            "OR (attribute_not_exists(run_rank) AND #state <> :state)))"
+        )
         if attempt is None:
             # Not started by the tracker: record it unless an attempt is live.
-            ours = "NOT (#state IN (:claimed, :processing))"
-            plain.update(
-                claimed=PayloadState.CLAIMED.value, processing=PayloadState.PROCESSING.value
+            ours = (
+                f"NOT ({live}) AND "
+                f"(attribute_not_exists(execution_arn) OR execution_arn <> :arn OR {newer})"
             )
         else:
-            ours = "attempt = :attempt"
+            # The attempt's first run to end decides it; later only a redrive of that run.
+            ours = f"attempt = :attempt AND ({live} OR {newer})"
         try:
             response = self._client.update_item(
                 TableName=self.table_name,
                 Key=_key(payload_id),
                 UpdateExpression=expression,
-                ConditionExpression=(
-                    f"(attribute_not_exists(payload_id) OR {ours}) "
-                    "AND NOT (#state = :state AND execution_arn = :arn)"
-                ),
+                ConditionExpression=f"attribute_not_exists(payload_id) OR ({ours})",
                 ExpressionAttributeNames={"#state": "state"},
                 ExpressionAttributeValues=values(**plain),
                 ReturnValues="ALL_NEW",

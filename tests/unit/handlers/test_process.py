@@ -10,8 +10,12 @@ import pytest
 
 from dependency_tracker import naming, settings
 from dependency_tracker.handlers.process import lambda_handler, process_flow
+from dependency_tracker.handlers.update_state import lambda_handler as update_state_handler
+from dependency_tracker.local.events import status_change_event
 from dependency_tracker.models import PayloadState, ProcessPayload, waiter_id_for
 from tests.conftest import (
+    ACCOUNT,
+    REGION,
     WORKFLOW_ARN_PREFIX,
     Aws,
     load_event,
@@ -305,33 +309,96 @@ def age_claim(aws: Aws, pid: str, seconds: int) -> None:
 
 
 @pytest.mark.usefixtures("workflows")
-def test_dead_claim_is_taken_over_after_its_lease(
+def test_a_run_that_ended_unreported_is_recorded_after_its_lease_not_run_again(
     aws: Aws, lambda_context: LocalContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # GIVEN attempt 1 ran and ended, but its status change never arrived (still PROCESSING)
+    # GIVEN attempt 1 ran and succeeded, but its status change has not arrived (EventBridge
+    # may still be retrying it): the item still says PROCESSING
     lambda_handler(sqs_event(payload(callback={"task_token": "t"})), lambda_context)
     item = aws.states.get(payload_id())
     assert item is not None
     assert item.execution_arn is not None
-    assert aws.wait_for_execution(item.execution_arn)["status"] == "SUCCEEDED"
+    execution = aws.wait_for_execution(item.execution_arn)
+    assert execution["status"] == "SUCCEEDED"
     # WHEN a message arrives within the lease THEN nothing moves
     lambda_handler(sqs_event(payload(), ids=["within"]), lambda_context)
     same = aws.states.get(payload_id())
     assert same is not None
     assert (same.state, same.attempt) == (PayloadState.PROCESSING, 1)
-    # WHEN it arrives after the lease THEN the payload is taken over by a new attempt
+    # WHEN another waiter's message arrives after the lease
     monkeypatch.setenv("DEPTRACK_CLAIM_LEASE_SECONDS", "60")
     settings.get_settings.cache_clear()
     process_flow.cache_clear()
     age_claim(aws, payload_id(), 120)
-    lambda_handler(sqs_event(payload(), ids=["after"]), lambda_context)
+    after = payload(callback={"task_token": "t2"})
+    assert failures(lambda_handler(sqs_event(after, ids=["after"]), lambda_context)) == []
+    # THEN the run's end is recorded as update-state would have, both waiters learn it, and
+    # the payload is not started again
+    recovered = aws.states.get(payload_id())
+    assert recovered is not None
+    assert (recovered.state, recovered.attempt) == (PayloadState.SUCCEEDED, 1)
+    for token in ("t", "t2"):
+        waiter = aws.dependencies.get(payload_id(), waiter_id_for(token))
+        assert waiter is not None
+        assert waiter.workflow_state is PayloadState.SUCCEEDED
+    assert [e["name"] for e in executions(aws)] == [naming.execution_name(payload_id(), 1)]
+    # AND the late event, when it comes, is a harmless repeat
+    late = status_change_event(execution, region=REGION, account=ACCOUNT)
+    assert update_state_handler(late, lambda_context) == {"action": "repeated"}
+
+
+@pytest.mark.usefixtures("workflows")
+def test_a_started_run_that_cannot_be_found_is_taken_over_after_its_lease(
+    aws: Aws, lambda_context: LocalContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN attempt 1 recorded as started, whose execution does not exist (its history
+    # expired, or a start that never took)
+    claimed = aws.states.claim(ProcessPayload.model_validate(payload()), None)
+    aws.states.set_processing(payload_id(), claimed.attempt, "arn:aws:states:gone")
+    monkeypatch.setenv("DEPTRACK_CLAIM_LEASE_SECONDS", "60")
+    settings.get_settings.cache_clear()
+    process_flow.cache_clear()
+    age_claim(aws, payload_id(), 120)
+    # WHEN a message arrives after the lease
+    assert failures(lambda_handler(sqs_event(payload()), lambda_context)) == []
+    # THEN a new attempt runs (before, the item waited for the missing run for ever)
     taken = aws.states.get(payload_id())
     assert taken is not None
     assert (taken.state, taken.attempt) == (PayloadState.PROCESSING, 2)
-    assert [e["name"] for e in executions(aws)] == [
-        naming.execution_name(payload_id(), 2),
-        naming.execution_name(payload_id(), 1),
-    ]
+    assert [e["name"] for e in executions(aws)] == [naming.execution_name(payload_id(), 2)]
+
+
+@pytest.mark.usefixtures("workflows")
+def test_an_express_run_past_its_lease_is_taken_over_without_describing_it(
+    aws: Aws, lambda_context: LocalContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN attempt 1 ran as an Express run (DescribeExecution does not support those) and
+    # its report never came
+    express = (
+        "arn:aws:states:us-east-1:123456789012:express:deptrack-pass:"
+        f"{naming.execution_name(payload_id(), 1)}:0b5a6c2e-2f52-4b8a-9d43-2a1d1f0f6a11"
+    )
+    claimed = aws.states.claim(ProcessPayload.model_validate(payload()), None)
+    aws.states.set_processing(payload_id(), claimed.attempt, express)
+    monkeypatch.setenv("DEPTRACK_CLAIM_LEASE_SECONDS", "60")
+    settings.get_settings.cache_clear()
+    process_flow.cache_clear()
+    age_claim(aws, payload_id(), 120)
+    described: list[str] = []
+    real = aws.sfn.describe_execution
+    flow = process_flow()
+    monkeypatch.setattr(
+        flow._sfn,
+        "describe_execution",
+        lambda **kwargs: described.append(kwargs["executionArn"]) or real(**kwargs),
+    )
+    # WHEN a message arrives after the lease
+    assert failures(lambda_handler(sqs_event(payload()), lambda_context)) == []
+    # THEN attempt 2 runs under a new name, and the Express run was never described
+    taken = aws.states.get(payload_id())
+    assert taken is not None
+    assert (taken.state, taken.attempt) == (PayloadState.PROCESSING, 2)
+    assert described == []
 
 
 @pytest.mark.usefixtures("workflows")
