@@ -387,11 +387,12 @@ def test_an_express_run_past_its_lease_is_taken_over_without_describing_it(
     described: list[str] = []
     real = aws.sfn.describe_execution
     flow = process_flow()
-    monkeypatch.setattr(
-        flow._sfn,
-        "describe_execution",
-        lambda **kwargs: described.append(kwargs["executionArn"]) or real(**kwargs),
-    )
+
+    def describe(**kwargs: Any) -> Any:
+        described.append(kwargs["executionArn"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(flow._sfn, "describe_execution", describe)  # noqa: SLF001
     # WHEN a message arrives after the lease
     assert failures(lambda_handler(sqs_event(payload()), lambda_context)) == []
     # THEN attempt 2 runs under a new name, and the Express run was never described
