@@ -392,7 +392,7 @@ def test_an_express_run_past_its_lease_is_taken_over_without_describing_it(
         described.append(kwargs["executionArn"])
         return real(**kwargs)
 
-    monkeypatch.setattr(flow._sfn, "describe_execution", describe)  # noqa: SLF001
+    monkeypatch.setattr(flow._sfn, "describe_execution", describe)
     # WHEN a message arrives after the lease
     assert failures(lambda_handler(sqs_event(payload()), lambda_context)) == []
     # THEN attempt 2 runs under a new name, and the Express run was never described
