@@ -2,7 +2,7 @@
 
 cfn-lint 1.x checks SAM resources against SAM's own schema but no longer runs the
 transform, so the resources SAM generates (functions, event source mappings,
-permissions, the state machines' roles) are only linted when the transformed template
+permissions, rules) are only linted when the transformed template
 is linted itself. ``make lint`` runs::
 
     .venv/bin/python scripts/sam_transform.py --output "$TMPDIR/deptrack-transformed.json"

@@ -4,7 +4,8 @@
 (``template_contract.cfn`` merges ``Globals``; ``template_contract.iam`` models the roles
 SAM builds). Here the SAM translator itself transforms the template, offline
 (``template_contract.transformed``), and the tests check what it generates: the
-functions with their merged settings, the roles of the state machines, the event source
+functions with their merged settings, that SAM builds no role (each state machine's role
+is the template's, trusted only for that machine), the event source
 mappings, the rule and its Lambda permission, the asynchronous invoke config, and that
 the models in ``template_contract`` agree with it.
 """

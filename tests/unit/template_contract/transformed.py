@@ -3,7 +3,8 @@
 CloudFormation runs ``AWS::Serverless-2016-10-31`` before it creates anything: the
 functions become ``AWS::Lambda::Function`` resources with their event source
 mappings, permissions, rules and invoke configs; the state machines become
-``AWS::StepFunctions::StateMachine`` resources with the roles SAM builds for them.
+``AWS::StepFunctions::StateMachine`` resources (with a role SAM builds only for one
+that names none; this template names its own for every one).
 :func:`transform` runs the same translator (``aws-sam-translator``, the library
 behind the hosted transform and ``sam validate``) here, with no AWS call:
 
@@ -12,8 +13,8 @@ behind the hosted transform and ``sam validate``) here, with no AWS call:
   S3 locations, and reads neither);
 * the region comes from an explicit boto3 session (no credentials, no request);
 * managed policy names resolve through a fixed map instead of IAM's
-  ``ListPolicies`` (the template names none itself; SAM adds
-  ``AWSXrayWriteOnlyAccess`` for the state machines' tracing).
+  ``ListPolicies`` (the template names none, and with every ``Role`` given SAM
+  attaches none either; the map serves a resource without its own role).
 
 The result is plain JSON data that :class:`~tests.unit.template_contract.cfn.Stack`
 reads like any template. ``scripts/sam_transform.py`` writes it to a file for
