@@ -119,6 +119,42 @@ class Settings(BaseModel, frozen=True):
             return state_machine_name[len(head) :]
         return None
 
+    # Sweeper (handlers/sweeper.py), read by sweeper_from_env. A terminal row is left
+    # to the stream for sweeper_min_age_seconds after it was resolved; each run reads
+    # at most sweeper_max_pages Scan pages per table (1 MB each) within
+    # sweeper_time_budget_seconds, and the next run continues where it stopped.
+    sweeper_min_age_seconds: int = Field(default=900, ge=0)
+    sweeper_max_pages: int = Field(default=100, ge=1)
+    sweeper_time_budget_seconds: int = Field(default=60, ge=1)
+
+    @classmethod
+    def sweeper_from_env(cls, **overrides: object) -> Self:
+        """:meth:`from_env` plus the sweeper's ``DEPTRACK_SWEEPER_*`` variables.
+
+        Raises:
+            ConfigurationError: A variable is missing or malformed.
+        """
+        values: dict[str, object] = {}
+        for variable, field, least in SWEEPER_VARIABLES:
+            number = os.getenv(variable)
+            if number:
+                if not number.isdigit() or int(number) < least:
+                    raise ConfigurationError(variable, f"must be an integer of at least {least}")
+                values[field] = int(number)
+        values.update(overrides)
+        return cls.from_env(**values)
+
+
+ENV_SWEEPER_MIN_AGE_SECONDS = "DEPTRACK_SWEEPER_MIN_AGE_SECONDS"
+ENV_SWEEPER_MAX_PAGES = "DEPTRACK_SWEEPER_MAX_PAGES"
+ENV_SWEEPER_TIME_BUDGET_SECONDS = "DEPTRACK_SWEEPER_TIME_BUDGET_SECONDS"
+# (variable, field, smallest value allowed)
+SWEEPER_VARIABLES = (
+    (ENV_SWEEPER_MIN_AGE_SECONDS, "sweeper_min_age_seconds", 0),
+    (ENV_SWEEPER_MAX_PAGES, "sweeper_max_pages", 1),
+    (ENV_SWEEPER_TIME_BUDGET_SECONDS, "sweeper_time_budget_seconds", 1),
+)
+
 
 def _required(name: str) -> str:
     value = os.getenv(name)
