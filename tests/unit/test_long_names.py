@@ -80,7 +80,7 @@ def test_a_large_input_of_a_long_id_has_a_short_key(aws: Aws) -> None:
         {"id": "c/" + "€" * 90_000, "process": [{"workflow": "w"}], "extra": "x" * 100_000}
     )
     # _input is where the object key is made; reaching it needs no execution
-    pointer = json.loads(flow._input(payload, 3))
+    pointer = json.loads(flow.runs.input(payload, 3))
     (key,) = bucket.keys
     assert pointer == {"url": f"s3://bucket/{key}"}
     assert utf8_size(key) <= S3_MAX_KEY_BYTES

@@ -41,8 +41,8 @@ from dependency_tracker.errors import ConfigurationError
 from dependency_tracker.filters import CALLBACK_STREAM_FILTER, matches, update_state_event_pattern
 from dependency_tracker.flows.chaining import CHAINED_PREFIX
 from dependency_tracker.flows.joins.registration import JOIN_MEMBERS_PREFIX
-from dependency_tracker.flows.process import LARGE_INPUT_PREFIX
 from dependency_tracker.flows.results import RESULTS_PREFIX
+from dependency_tracker.flows.runs import LARGE_INPUT_PREFIX
 from dependency_tracker.handlers import callback, process, update_state
 from dependency_tracker.local.context import LocalContext
 from dependency_tracker.local.events import status_change_event

@@ -4,6 +4,9 @@ Ordering rule (see docs/architecture.md): the waiter row is written *before*
 the payload state is read with strong consistency. update-state writes the
 final state *before* it reads the waiter rows. Whichever side runs second
 sees the other's write, so no waiter is left behind.
+
+How a payload is started, and what an attempt's expired lease leads to, is in
+flows/runs.py; joins are in flows/joins/.
 """
 
 from __future__ import annotations
@@ -16,18 +19,16 @@ from enum import StrEnum, unique
 from typing import TYPE_CHECKING, Self
 
 from aws_lambda_powertools.metrics import MetricUnit
-from botocore.exceptions import ClientError
 
-from dependency_tracker import naming
 from dependency_tracker.clients import client
 from dependency_tracker.errors import (
     InvalidMessageError,
     TransitionConflictError,
-    UnknownWorkflowError,
 )
 from dependency_tracker.flows.cycles import Cycle, CycleGuard
 from dependency_tracker.flows.joins.registration import JoinRegistration
-from dependency_tracker.flows.update_state import UpdateAction, UpdateStateFlow
+from dependency_tracker.flows.runs import Runs
+from dependency_tracker.flows.update_state import UpdateStateFlow
 from dependency_tracker.models import (
     DependencyError,
     InvalidMessageItem,
@@ -58,16 +59,11 @@ if TYPE_CHECKING:
     from dependency_tracker.settings import Settings
     from dependency_tracker.stores.manifest import ManifestReader
 
-# DescribeExecution statuses of a run that may still end on its own.
-LIVE_STATUSES = frozenset({"RUNNING", "PENDING_REDRIVE"})
 # Each round re-reads after a lost conditional write; a few suffice, since a
 # lost race always means the item moved forward.
 MAX_ROUNDS = 5
 INVALID_MESSAGE_PREFIX = "invalid-message/"
 MAX_BODY_EXCERPT = 16 * 1024
-# Step Functions takes 256 KiB of input; leave room for the envelope.
-MAX_INLINE_INPUT_BYTES = 250_000
-LARGE_INPUT_PREFIX = "payloads"
 
 
 class _Unread:
@@ -126,14 +122,19 @@ class ProcessFlow:
             ),
             max_length=settings.cycle_depth,
         )
-        # A lease takeover that finds the run ended records it as update-state would.
-        self.recorder = UpdateStateFlow(
+        self.runs = Runs(
             settings=settings,
             states=states,
-            dependencies=dependencies,
             sfn=sfn,
             bucket=bucket,
-            sqs=sqs,
+            recorder=UpdateStateFlow(
+                settings=settings,
+                states=states,
+                dependencies=dependencies,
+                sfn=sfn,
+                bucket=bucket,
+                sqs=sqs,
+            ),
         )
         self.joins = JoinRegistration(
             joins=JoinStore(dependencies.client, dependencies.table_name),
@@ -370,88 +371,26 @@ class ProcessFlow:
     ) -> ProcessAction:
         if seen is None or self._should_run(payload, message_id, seen):
             claimed = self.states.claim(payload, seen, message_id=message_id)
-            self._start(payload, claimed.attempt)
+            self.runs.start(payload, claimed.attempt)
             return ProcessAction.STARTED
-        if self._lease_expired(seen):
-            after = self._after_lease(payload, message_id, seen)
+        if self.runs.lease_expired(payload, seen):
+            after = self.runs.after_lease(payload, message_id, seen)
             if after is not None:
-                return after
+                return ProcessAction(after.value)
         if seen.state is PayloadState.CLAIMED:
+            if self.runs.is_express(payload.workflow, seen):
+                # An Express start is not idempotent: a second one is a second run. Only
+                # the claimer starts; if it died first, the lease starts a new attempt.
+                return ProcessAction.WAITING
             # The claimer may have died before StartExecution; the name is
             # deterministic, so starting again is harmless if it did not.
-            self._start(payload, seen.attempt)
+            self.runs.start(payload, seen.attempt)
             return ProcessAction.RESUMED_START
         if seen.state is PayloadState.PROCESSING:
             return ProcessAction.WAITING
         if row_id is not None:
             self.dependencies.resolve(payload.id, row_id, Resolution.of(seen, replayed=True))
         return ProcessAction.REPLAYED
-
-    def _lease_expired(self, seen: PayloadStateItem) -> bool:
-        if seen.state.is_terminal or seen.claimed_at is None:
-            return False
-        age = utcnow() - seen.claimed_at
-        return age.total_seconds() > self.settings.claim_lease_seconds
-
-    def _after_lease(
-        self, payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
-    ) -> ProcessAction | None:
-        """The lease ran out and no final state came: find out what became of the run.
-
-        None while the run lives, or when it never started (the ``CLAIMED`` path
-        then starts it under its deterministic name).
-
-        Raises:
-            TransitionConflictError: A newer report landed meanwhile (read again).
-        """
-        arn = self._attempt_arn(payload, seen)
-        if arn is None:
-            # An Express run lasts at most five minutes and cannot be described: past
-            # the lease it is over and its report was lost. A new attempt has a new
-            # name, so it never runs the lost attempt twice.
-            return self._take_over(payload, message_id, seen)
-        try:
-            described = dict(self._sfn.describe_execution(executionArn=arn))
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ExecutionDoesNotExist":
-                raise
-            if seen.state is PayloadState.CLAIMED:
-                return None  # never started: start it under the same name
-            # Recorded as started, yet gone (its history expired): nothing to wait for.
-            return self._take_over(payload, message_id, seen)
-        status = str(described["status"])
-        logger.info("lease expired", extra={"execution_arn": arn, "status": status})
-        if status in LIVE_STATUSES:
-            return None
-        # It ended, and its status has not reached update-state: lost, or still being
-        # retried by EventBridge (for up to 24 hours). Record it exactly as update-state
-        # would; starting again would run a payload that may have succeeded.
-        recorded = self.recorder.record_described(described)
-        if recorded in (UpdateAction.RECORDED, UpdateAction.REPEATED):
-            return ProcessAction.RECOVERED
-        if recorded is UpdateAction.STALE:
-            raise TransitionConflictError(f"{payload.id}: a newer run was recorded")
-        # Its input is no payload of ours (cannot happen for runs we started): run again.
-        return self._take_over(payload, message_id, seen)
-
-    def _take_over(
-        self, payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
-    ) -> ProcessAction:
-        claimed = self.states.claim(payload, seen, message_id=message_id)
-        self._start(payload, claimed.attempt)
-        return ProcessAction.TOOK_OVER
-
-    def _attempt_arn(self, payload: ProcessPayload, seen: PayloadStateItem) -> str | None:
-        """The current attempt's execution, derived from its name; None for an Express run.
-
-        Derived, not read from the item: an item may still name an older run.
-        """
-        if seen.execution_arn is not None and naming.is_express_arn(seen.execution_arn):
-            return None
-        return naming.execution_arn(
-            self.settings.state_machine_arn(payload.workflow),
-            naming.execution_name(payload.id, seen.attempt),
-        )
 
     @staticmethod
     def _should_run(
@@ -467,58 +406,7 @@ class ProcessFlow:
 
     def check_startable(self, payload: ProcessPayload, task_token: str | None) -> None:
         """Refuse, before anything is written, a payload no execution could take."""
-        if self._bucket.writable:
-            return
-        if len(payload.execution_input().encode("utf-8")) > MAX_INLINE_INPUT_BYTES:
-            raise InvalidMessageError(
-                f"payload {payload.id} exceeds the {MAX_INLINE_INPUT_BYTES}-byte execution "
-                "input limit and no payload bucket is configured",
-                task_token=task_token,
-                payload_id=payload.id,
-            )
-
-    def _input(self, payload: ProcessPayload, attempt: int) -> str:
-        """The execution input: the payload, or an S3 pointer when it is too large.
-
-        The pointer's key is derived from the payload id and attempt, so a
-        retried start sends the same input (StartExecution stays idempotent).
-        """
-        text = payload.execution_input()
-        if len(text.encode("utf-8")) <= MAX_INLINE_INPUT_BYTES:
-            return text
-        if not self._bucket.writable:
-            raise InvalidMessageError(
-                f"payload {payload.id} exceeds the {MAX_INLINE_INPUT_BYTES}-byte execution "
-                "input limit and no payload bucket is configured"
-            )
-        digest = hashlib.sha256(payload.id.encode("utf-8")).hexdigest()
-        url = self._bucket.write(f"{LARGE_INPUT_PREFIX}/{digest}/{attempt}.json", text)
-        logger.info("large payload passed by reference", extra={"url": url})
-        return json.dumps({"url": url})
-
-    def _start(self, payload: ProcessPayload, attempt: int) -> None:
-        state_machine_arn = self.settings.state_machine_arn(payload.workflow)
-        name = naming.execution_name(payload.id, attempt)
-        try:
-            response = self._sfn.start_execution(
-                stateMachineArn=state_machine_arn, name=name, input=self._input(payload, attempt)
-            )
-            execution_arn = response["executionArn"]
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code")
-            if code == "ExecutionAlreadyExists":
-                execution_arn = naming.execution_arn(state_machine_arn, name)
-            elif code == "StateMachineDoesNotExist":
-                metrics.add_metric(name="UnknownWorkflow", unit=MetricUnit.Count, value=1)
-                raise UnknownWorkflowError(payload.workflow, state_machine_arn) from exc
-            else:
-                raise
-        logger.info("execution started", extra={"execution_arn": execution_arn, "attempt": attempt})
-        try:
-            self.states.set_processing(payload.id, attempt, execution_arn)
-        except TransitionConflictError:
-            # Another invocation recorded it, or it already finished: both fine.
-            logger.info("execution already recorded", extra={"execution_arn": execution_arn})
+        self.runs.check_startable(payload, task_token)
 
 
 # A "task_token" field, plain or inside an SNS envelope's escaped JSON; tokens are

@@ -16,6 +16,7 @@ from dependency_tracker.models import PayloadState, ProcessPayload, waiter_id_fo
 from tests.conftest import (
     ACCOUNT,
     REGION,
+    ROLE_ARN,
     WORKFLOW_ARN_PREFIX,
     Aws,
     load_event,
@@ -449,3 +450,63 @@ def test_oversize_payload_without_a_bucket_is_refused_before_any_claim(
     told = aws.dependencies.get("invalid-message/huge", waiter_id_for("big-token"))
     assert told is not None
     assert told.workflow_state is PayloadState.INVALID
+
+
+def express_workflow(aws: Aws) -> None:
+    """``deptrack-quick``, an Express state machine (moto runs it like a Standard one)."""
+    aws.sfn.create_state_machine(
+        name="deptrack-quick",
+        roleArn=ROLE_ARN,
+        type="EXPRESS",
+        definition=json.dumps(
+            {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}}
+        ),
+    )
+
+
+def count_starts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    started: list[str] = []
+    flow = process_flow()
+    real = flow._sfn.start_execution
+
+    def start(**kwargs: Any) -> Any:
+        started.append(kwargs["name"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(flow._sfn, "start_execution", start)
+    return started
+
+
+def test_an_express_claim_is_never_started_twice(
+    aws: Aws, lambda_context: LocalContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN an Express workflow's payload, claimed by an invocation that may or may not have
+    # started it yet (AWS starts a second run for a second StartExecution of the same name)
+    express_workflow(aws)
+    aws.states.claim(ProcessPayload.model_validate(payload(workflow="quick")), None)
+    started = count_starts(monkeypatch)
+    # WHEN another message for it arrives within the lease
+    assert failures(lambda_handler(sqs_event(payload(workflow="quick")), lambda_context)) == []
+    # THEN it waits: no second StartExecution (a Standard claim is resumed instead)
+    assert started == []
+    item = aws.states.get(payload_id(workflow="quick"))
+    assert item is not None
+    assert (item.state, item.attempt) == (PayloadState.CLAIMED, 1)
+
+
+def test_an_express_claim_that_never_started_is_retaken_after_minutes_not_a_day(
+    aws: Aws, lambda_context: LocalContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN an Express payload claimed 11 minutes ago, never started (the claimer died), under
+    # the default one-day lease
+    express_workflow(aws)
+    aws.states.claim(ProcessPayload.model_validate(payload(workflow="quick")), None)
+    age_claim(aws, payload_id(workflow="quick"), 660)
+    started = count_starts(monkeypatch)
+    # WHEN a message arrives
+    assert failures(lambda_handler(sqs_event(payload(workflow="quick")), lambda_context)) == []
+    # THEN attempt 2 starts under its own name (an Express run lasts five minutes at most)
+    assert started == [naming.execution_name(payload_id(workflow="quick"), 2)]
+    item = aws.states.get(payload_id(workflow="quick"))
+    assert item is not None
+    assert (item.state, item.attempt) == (PayloadState.PROCESSING, 2)
