@@ -497,6 +497,7 @@ def test_process_role_reads_manifests_and_writes_only_join_member_lists(
     }
     assert writes == {
         ("Policies/PassLargePayloadsByReference", f"{bucket}/{LARGE_INPUT_PREFIX}/*"),
+        ("Policies/RecordRecoveredResults", f"{bucket}/{RESULTS_PREFIX}/*"),
         ("Policies/WriteJoinMemberLists", f"{bucket}/{JOIN_MEMBERS_PREFIX}/*"),
     }
     members = f"{bucket}/{JOIN_MEMBERS_PREFIX}/{'0' * 64}/members.jsonl"
@@ -516,8 +517,9 @@ def test_bucket_writes_are_the_prefixes_the_code_writes(stack: Stack) -> None:
     # GIVEN the key prefixes under which each handler writes to the payload bucket
     bucket = stack.arn_of("PayloadBucket")
     expected = {
-        # execution inputs too large to pass; member lists of large inline joins
-        "ProcessFunction": {LARGE_INPUT_PREFIX, JOIN_MEMBERS_PREFIX},
+        # execution inputs too large to pass; member lists of large inline joins; results of
+        # runs a lease found ended (recorded as update-state would)
+        "ProcessFunction": {LARGE_INPUT_PREFIX, JOIN_MEMBERS_PREFIX, RESULTS_PREFIX},
         "UpdateStateFunction": {RESULTS_PREFIX, CHAINED_PREFIX},  # results, next steps
         "CallbackFunction": {CALLBACK_OUTPUTS_PREFIX},  # outputs and summaries past a bound
     }
@@ -1901,19 +1903,22 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(
     event["detail"].update(input=None, inputDetails={"included": False})
     assert recorder.handler(stack, "UpdateStateFunction")(event) == {"action": "repeated"}
     deployment.settle()
-    # AND a lease that ran out on a run whose status change was lost: "a" looks live again
-    # and was claimed long ago, so the next message checks its execution and takes over
+    # AND a lease that ran out on a claim whose run's status change was lost: "big" (a result
+    # too large to keep inline) looks claimed long ago and not started, so the next message
+    # asks whether its workflow is Express, finds its run ended and records it
+    big = simulated("big")
+    big["features"][0]["properties"] = {"blob": "x" * 5000}
     deployment.dynamodb.update_item(
         TableName=stack.physical("StateTable").ref,
-        Key={"payload_id": {"S": done.payload_id}},
-        UpdateExpression="SET #state = :processing, claimed_at = :old",
+        Key={"payload_id": {"S": ProcessPayload.model_validate(big).id}},
+        UpdateExpression="SET #state = :claimed, claimed_at = :old REMOVE execution_arn",
         ExpressionAttributeNames={"#state": "state"},
         ExpressionAttributeValues={
-            ":processing": {"S": "PROCESSING"},
+            ":claimed": {"S": "CLAIMED"},
             ":old": {"S": "2000-01-01T00:00:00+00:00"},
         },
     )
-    assert process_handler(sqs_event(simulated("a"), ids=["takeover"])) == {"batchItemFailures": []}
+    assert process_handler(sqs_event(big, ids=["takeover"])) == {"batchItemFailures": []}
     deployment.settle()
 
     # THEN every call was allowed by that function's statements, on that resource
