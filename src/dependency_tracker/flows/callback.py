@@ -100,6 +100,11 @@ class CallbackFlow:
             retention_days=settings.waiter_retention_days,
         )
 
+    @property
+    def sfn(self) -> SFNClient:
+        """The Step Functions client the sends go through."""
+        return self._sfn
+
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
         """Flow wired to the default boto3 clients."""

@@ -13,8 +13,11 @@ runs them in threads.
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from dependency_tracker.filters import CALLBACK_STREAM_FILTER, matches
@@ -237,3 +240,68 @@ class StreamPump:
             for record in response.get("Records", [])
         )
         return [record for record in shaped if matches(self.filter_pattern, record)]
+
+
+def scheduled_event(*, rule_arn: str, region: str, account: str) -> dict[str, Any]:
+    """The event an EventBridge schedule (``rate(...)``) invokes its target with."""
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": account,
+        "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": region,
+        "resources": [rule_arn],
+        "detail": {},
+    }
+
+
+@dataclass
+class SchedulePump:
+    """An EventBridge schedule: invokes its function every ``interval`` seconds.
+
+    The first invocation is one interval after the first round, as with a
+    ``rate()`` rule. A failed invocation is logged and counted; the next tick
+    runs the function again (Lambda's own retries of an asynchronous
+    invocation are not modelled: a sweep that failed is simply the next sweep).
+    """
+
+    handler: Handler
+    interval: float
+    region: str
+    account: str
+    function_name: str = "sweeper"
+    timeout_seconds: int = 120
+    name: str = "sweeper"
+    clock: Callable[[], float] = time.monotonic
+    invocations: int = 0
+    failures: int = 0
+    _next: float | None = None
+
+    @property
+    def rule_arn(self) -> str:
+        """ARN of the schedule rule the event names."""
+        return f"arn:aws:events:{self.region}:{self.account}:rule/{self.function_name}-schedule"
+
+    def pump_once(self) -> int:
+        """Invoke the function if its tick is due; 1 if it was invoked."""
+        now = self.clock()
+        if self._next is None:
+            self._next = now + self.interval
+        if now < self._next:
+            return 0
+        self._next = now + self.interval
+        try:
+            self.invoke()
+        except Exception:  # noqa: BLE001  (a failed tick must not stop the schedule)
+            self.failures += 1
+            _log.exception("%s failed; the next tick runs it again", self.function_name)
+        return 1
+
+    def invoke(self) -> Any:
+        """Invoke the function once now, as a tick would; its response (errors raise)."""
+        self.invocations += 1
+        event = scheduled_event(rule_arn=self.rule_arn, region=self.region, account=self.account)
+        context = LocalContext(self.function_name, timeout_seconds=self.timeout_seconds)
+        return self.handler(event, context)

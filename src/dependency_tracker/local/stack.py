@@ -14,9 +14,15 @@ import boto3
 from moto import mock_aws
 
 from dependency_tracker import clients, definitions, limits, settings
-from dependency_tracker.handlers import callback, process, update_state
+from dependency_tracker.handlers import callback, process, sweeper, update_state
 from dependency_tracker.local.moto_costs import aws_like_costs
-from dependency_tracker.local.pumps import ExecutionPump, SqsPump, StreamPump
+from dependency_tracker.local.pumps import (
+    ExecutionPump,
+    Pump,
+    SchedulePump,
+    SqsPump,
+    StreamPump,
+)
 from dependency_tracker.local.runner import Invoker, PumpRunner, ThreadRoutedStdout
 from dependency_tracker.local.server import MotoServer
 from dependency_tracker.local.strict import strict_limits
@@ -33,6 +39,8 @@ ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/deptrack-local"
 _MOTO_SFN_LOGGER = logging.getLogger("moto.stepfunctions.parser")
 # A handler invocation still running when the stack stops (a large join) may finish first.
 STOP_TIMEOUT_SECONDS = 120.0
+# The sweeper's schedule, as the template's (rate(5 minutes)).
+DEFAULT_SWEEPER_INTERVAL_SECONDS = 300.0
 
 
 class LocalStack:
@@ -58,6 +66,11 @@ class LocalStack:
     process, such as a user's own pipeline tests. Queues are
     created with a ``MaximumMessageSize`` of 256 KiB, as the template's.
 
+    The sweeper runs every ``sweeper_interval`` seconds (None: never on its
+    own) and once on demand with :meth:`sweep_once`; ``sweeper_min_age_seconds``
+    overrides how long it leaves a terminal row to the stream (the deployed
+    default, 15 minutes, is long for a test).
+
     Example:
         >>> with LocalStack(prefix="deptrack") as stack:  # doctest: +SKIP
         ...     stack.client("sqs").send_message(QueueUrl=stack.outputs["ProcessQueueUrl"], ...)
@@ -79,6 +92,8 @@ class LocalStack:
         port: int | None = None,
         host: str = "127.0.0.1",
         strict: bool | None = None,
+        sweeper_interval: float | None = DEFAULT_SWEEPER_INTERVAL_SECONDS,
+        sweeper_min_age_seconds: int | None = None,
     ) -> None:
         self.prefix = prefix
         self.region = region
@@ -96,6 +111,8 @@ class LocalStack:
         self._port = port
         self._host = host
         self.strict = strict_wanted() if strict is None else strict
+        self._sweeper_interval = sweeper_interval
+        self._sweeper_min_age_seconds = sweeper_min_age_seconds
         self._strict_block: contextlib.ExitStack | None = None
         self.endpoint_url: str | None = None
         self._saved_env: dict[str, str | None] = {}
@@ -106,7 +123,8 @@ class LocalStack:
         self._runner: PumpRunner | None = None
         self._invoker: Invoker | None = None
         self.outputs: dict[str, Any] = {}
-        self.pumps: dict[str, SqsPump | ExecutionPump | StreamPump] = {}
+        self.pumps: dict[str, SqsPump | ExecutionPump | StreamPump | SchedulePump] = {}
+        self._sweeper: SchedulePump | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -137,6 +155,10 @@ class LocalStack:
                 settings.ENV_PAYLOAD_BUCKET: names["PayloadBucketName"],
             }
         )
+        if self._sweeper_min_age_seconds is not None:
+            self._set_env(
+                {settings.ENV_SWEEPER_MIN_AGE_SECONDS: str(self._sweeper_min_age_seconds)}
+            )
         # Clients and flows built before now point at other resources.
         _reset_caches()
         # A handler that had nothing to count (a filtered-out record) makes
@@ -178,6 +200,7 @@ class LocalStack:
         if self._runner is not None:
             self._runner.stop(timeout=STOP_TIMEOUT_SECONDS)
             self._runner = None
+        self._sweeper = None
         if self._mock is not None:
             self._mock.stop()
             self._mock = None
@@ -237,6 +260,18 @@ class LocalStack:
             else [],
             "callback": stream.dead_letters if isinstance(stream, StreamPump) else [],
         }
+
+    def sweep_once(self) -> dict[str, Any]:
+        """Run the sweeper function once now (between other invocations); its report.
+
+        Raises:
+            RuntimeError: The stack is not running.
+        """
+        if self._sweeper is None:
+            msg = "the embedded stack is not running"
+            raise RuntimeError(msg)
+        report: dict[str, Any] = self._sweeper.invoke()
+        return report
 
     def state_machine_arn(self, name: str) -> str:
         """ARN of ``{prefix}-{name}``."""
@@ -376,7 +411,18 @@ class LocalStack:
                 region=self.region,
             ),
         }
-        self._runner = PumpRunner(list(self.pumps.values()), poll_interval=self._poll_interval)
+        # The sweeper's schedule: one more pump; sweep_once() invokes the same function.
+        self._sweeper = SchedulePump(
+            handler=invoker.wrap(sweeper.lambda_handler),
+            interval=self._sweeper_interval or 0.0,
+            region=self.region,
+            account=ACCOUNT,
+        )
+        pumps: list[Pump] = list(self.pumps.values())
+        if self._sweeper_interval is not None:
+            self.pumps["sweeper"] = self._sweeper
+            pumps.append(self._sweeper)
+        self._runner = PumpRunner(pumps, poll_interval=self._poll_interval)
         self._runner.start()
 
 
@@ -396,3 +442,4 @@ def _reset_caches() -> None:
     process.process_flow.cache_clear()
     update_state.update_state_flow.cache_clear()
     callback.callback_flow.cache_clear()
+    sweeper.sweeper_flow.cache_clear()
