@@ -210,3 +210,20 @@ def test_join_takes_a_list_or_a_manifest_url() -> None:
     refusals = [states[choice["Next"]] for choice in states["OneDependencySource"]["Choices"]]
     assert [(state["Type"], state["Error"]) for state in refusals] == [("Fail", "InvalidJoin")] * 2
     assert states["OneDependencySource"]["Default"] == "NameTheJoin"
+
+
+def test_express_reports_are_retried() -> None:
+    # GIVEN the Express example: its report is the only way its end reaches the tracker (no
+    # status-change events), and a throttled or failed SendMessage would lose it
+    states = json.loads(definitions.discover()["simulate-express"].read_text())["States"]
+    reports = [name for name, state in states.items() if name.startswith("Report")]
+    assert reports == ["ReportSucceeded", "ReportFailed"]
+    for name in reports:
+        # THEN each report step retries, with backoff, well inside the five-minute limit
+        (retry,) = states[name]["Retry"]
+        assert retry["ErrorEquals"] == ["States.ALL"]
+        waits = sum(
+            retry["IntervalSeconds"] * retry["BackoffRate"] ** n
+            for n in range(retry["MaxAttempts"])
+        )
+        assert waits < 60, name
