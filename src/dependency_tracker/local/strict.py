@@ -35,6 +35,7 @@ from moto.stepfunctions.exceptions import InvalidName, ValidationException
 from moto.stepfunctions.responses import StepFunctionResponse
 
 from dependency_tracker import limits
+from dependency_tracker.local import express
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -416,6 +417,10 @@ def _install() -> None:
     DynamoHandler.update_item = _around(  # type: ignore[method-assign, assignment]
         DynamoHandler.update_item, _ddb_update_item
     )
+    StepFunctionResponse.start_execution = _around(  # type: ignore[method-assign, assignment]
+        StepFunctionResponse.start_execution, express.start_execution
+    )
+    express.install()
     LimitedSizeDict.__setitem__ = _aws_sized(LimitedSizeDict.__setitem__)  # type: ignore[method-assign]
     UpdateExpressionExecutor.execute = _executing_update(  # type: ignore[method-assign]
         UpdateExpressionExecutor.execute
