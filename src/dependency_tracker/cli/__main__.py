@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from dependency_tracker import __version__
@@ -24,9 +26,30 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        print(__version__)
+        raise typer.Exit
+
+
+@app.callback()
+def _root(
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,  # before the command is looked for: `--version` alone is enough
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Event-driven dependency tracker for payload pipelines on AWS Step Functions."""
+
+
 @app.command()
 def version() -> None:
-    """Print the version."""
+    """Print the version (as --version does)."""
     print(__version__)
 
 
