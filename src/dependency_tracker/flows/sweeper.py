@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, Any, Self
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import BaseModel, Field
 
+from dependency_tracker import naming
 from dependency_tracker.clients import client
 from dependency_tracker.errors import CallbackDeliveryError
 from dependency_tracker.flows.callback import CallbackAction, CallbackFlow
+from dependency_tracker.flows.runs import EXPRESS_LEASE_SECONDS
 from dependency_tracker.models import utcnow
 from dependency_tracker.observability import logger, metrics
 from dependency_tracker.stores.sweeps import CursorStore, SweepCursor, SweepStore
@@ -125,12 +127,7 @@ class SweeperFlow:
             end=started + (end - started) * WAITER_SHARE,
             report=report,
         )
-        cursor.states = self._report_stuck(
-            cursor.states,
-            claimed_before=now - timedelta(seconds=self.settings.claim_lease_seconds),
-            end=end,
-            report=report,
-        )
+        cursor.states = self._report_stuck(cursor.states, now=now, end=end, report=report)
         self._save_cursor(cursor, unchanged=started_at_top and cursor.at_top)
         report.seconds = round(self._monotonic() - started, 3)
         _publish(report)
@@ -195,15 +192,29 @@ class SweeperFlow:
 
     # ------------------------------------------------------------ stuck payloads
 
+    def lease_of(self, payload: PayloadStateItem) -> int:
+        """The claim lease of a payload's attempt, as the process flow reckons it.
+
+        An Express run's lease is shorter; a claim whose run has not started is
+        judged by the general lease (its type is not on the item).
+        """
+        lease = self.settings.claim_lease_seconds
+        if payload.execution_arn is not None and naming.is_express_arn(payload.execution_arn):
+            return min(lease, EXPRESS_LEASE_SECONDS)
+        return lease
+
     def _report_stuck(
         self,
         start_key: dict[str, Any] | None,
         *,
-        claimed_before: datetime,
+        now: datetime,
         end: float,
         report: SweepReport,
     ) -> dict[str, Any] | None:
         """Log every payload held past its lease from ``start_key`` on; the next start key."""
+        # The page filter uses the shortest lease; each payload is then judged by its own.
+        shortest = min(self.settings.claim_lease_seconds, EXPRESS_LEASE_SECONDS)
+        claimed_before = now - timedelta(seconds=shortest)
         key = start_key
         for _ in range(self.settings.sweeper_max_pages):
             if self._monotonic() >= end:
@@ -212,7 +223,9 @@ class SweeperFlow:
             stuck, page = self.sweeps.stuck_page(claimed_before=claimed_before, start_key=key)
             self._count_page(STATES, page.scanned, page.read_units, report)
             for payload in stuck:
-                self._report_one(payload, report)
+                held = now - (payload.claimed_at or payload.updated_at)
+                if held.total_seconds() > self.lease_of(payload):
+                    self._report_one(payload, held, report)
             if page.next_key is None:
                 report.passes_completed.append(STATES)
                 return None
@@ -220,11 +233,10 @@ class SweeperFlow:
         report.budget_exhausted = True
         return key
 
-    def _report_one(self, payload: PayloadStateItem, report: SweepReport) -> None:
+    def _report_one(self, payload: PayloadStateItem, held: timedelta, report: SweepReport) -> None:
         report.stuck_payloads += 1
         if len(report.stuck_examples) < MAX_STUCK_EXAMPLES:
             report.stuck_examples.append(payload.payload_id)
-        since = payload.claimed_at or payload.updated_at
         logger.warning(
             "payload held past its claim lease",
             extra={
@@ -232,8 +244,8 @@ class SweeperFlow:
                 "state": payload.state.value,
                 "attempt": payload.attempt,
                 "execution_arn": payload.execution_arn,
-                "held_seconds": int((self._clock() - since).total_seconds()),
-                "lease_seconds": self.settings.claim_lease_seconds,
+                "held_seconds": int(held.total_seconds()),
+                "lease_seconds": self.lease_of(payload),
             },
         )
 

@@ -293,12 +293,16 @@ def test_payloads_held_past_their_lease_are_reported_not_started(
     aws: Aws, log_lines: io.StringIO
 ) -> None:
     # GIVEN a payload claimed two days ago and still CLAIMED, one PROCESSING for an hour,
-    # one PROCESSING for two days, and one that ended long ago (lease: one day)
+    # one PROCESSING for two days, one that ended long ago (lease: one day), and an
+    # Express run PROCESSING for 20 minutes (its lease: 10 minutes)
     now = utcnow()
 
-    def payload_item(name: str, state: PayloadState, age: timedelta) -> PayloadStateItem:
+    def payload_item(
+        name: str, state: PayloadState, age: timedelta, arn: str | None = None
+    ) -> PayloadStateItem:
         at = now - age
         return PayloadStateItem(
+            execution_arn=arn,
             payload_id=f"stuck/workflow-pass/{name}",
             state=state,
             workflow="pass",
@@ -313,13 +317,21 @@ def test_payloads_held_past_their_lease_are_reported_not_started(
     running = payload_item("running", PayloadState.PROCESSING, timedelta(hours=1))
     stale = payload_item("stale", PayloadState.PROCESSING, timedelta(days=2))
     ended = payload_item("ended", PayloadState.SUCCEEDED, timedelta(days=30))
-    for item in (claimed, running, stale, ended):
+    express = payload_item(
+        "express",
+        PayloadState.PROCESSING,
+        timedelta(minutes=20),
+        arn="arn:aws:states:us-east-1:123456789012:express:deptrack-fast:express-1:0a1b2c3d",
+    )
+    for item in (claimed, running, stale, ended, express):
         store(aws, item)
     # WHEN the sweeper runs
     report = sweeper(aws).run()
-    # THEN the two held past the lease are counted and named, each in a warning
-    assert report.stuck_payloads == 2
-    assert sorted(report.stuck_examples) == sorted([claimed.payload_id, stale.payload_id])
+    # THEN the three held past their lease are counted and named, each in a warning
+    assert report.stuck_payloads == 3
+    assert sorted(report.stuck_examples) == sorted(
+        [claimed.payload_id, stale.payload_id, express.payload_id]
+    )
     warned = [
         json.loads(line)
         for line in log_lines.getvalue().splitlines()
@@ -327,7 +339,12 @@ def test_payloads_held_past_their_lease_are_reported_not_started(
     ]
     assert sorted(line["stuck_payload_id"] for line in warned) == sorted(report.stuck_examples)
     assert {line["state"] for line in warned} == {"CLAIMED", "PROCESSING"}
-    assert all(line["held_seconds"] >= 2 * 86_400 - 60 for line in warned)
+    held = {
+        line["stuck_payload_id"]: (line["held_seconds"], line["lease_seconds"]) for line in warned
+    }
+    assert held[stale.payload_id][0] >= 2 * 86_400 - 60
+    assert held[stale.payload_id][1] == 86_400
+    assert held[express.payload_id][1] == 600
     # and nothing was started or changed
     assert aws.states.get(claimed.payload_id) == claimed
     assert aws.states.get(stale.payload_id) == stale

@@ -13,6 +13,7 @@ from dependency_tracker.handlers import sweeper as sweeper_handler
 from dependency_tracker.local.context import LocalContext
 from dependency_tracker.local.pumps import scheduled_event
 from dependency_tracker.models import PayloadState, PayloadStateItem, WaiterItem, utcnow
+from dependency_tracker.observability import metrics
 from dependency_tracker.stores.sweeps import CURSOR_KEY
 from tests.conftest import ACCOUNT, DEPENDENCY_TABLE, REGION, STATE_TABLE, Aws, moto_query_page
 
@@ -29,9 +30,14 @@ EVENT = scheduled_event(
 
 @pytest.fixture(autouse=True)
 def fresh_flow(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The handler's flow is built per test, after the test's environment and moto."""
+    """The handler's flow is built per test, after the test's environment and moto.
+
+    Metrics added outside a handler (flows run directly by other tests) are dropped:
+    in Lambda each invocation publishes only its own.
+    """
     monkeypatch.setenv(settings.ENV_PAYLOAD_BUCKET, BUCKET)
     sweeper_handler.sweeper_flow.cache_clear()
+    metrics.clear_metrics()
     yield
     sweeper_handler.sweeper_flow.cache_clear()
 
@@ -57,9 +63,7 @@ def lost_row(number: int, age: timedelta = timedelta(hours=1)) -> dict[str, Any]
 def emitted_metrics(out: str) -> dict[str, Any]:
     """The EMF blob Powertools printed for the invocation, with each metric summed."""
     (blob,) = [json.loads(line) for line in out.splitlines() if line.startswith('{"_aws"')]
-    return {
-        name: sum(value) if isinstance(value, list) else value for name, value in blob.items()
-    }
+    return {name: sum(value) if isinstance(value, list) else value for name, value in blob.items()}
 
 
 def test_the_handler_sweeps_and_publishes_what_it_found(
