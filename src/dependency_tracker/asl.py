@@ -1,0 +1,306 @@
+"""Building blocks for your own parent state machines: the tracker's wait Task states as ASL.
+
+A parent waits on a dependency by sending it to the tracker's process queue with
+``sqs:sendMessage.waitForTaskToken`` and pausing until the tracker answers. The
+functions here build that Task state as a plain ASL dict (JSONPath), with the
+message body the tracker expects (the public contract) and a ``Catch`` for every
+error the wait can end in, so nothing is forgotten when a state is pasted:
+
+* :func:`wait_state`: one dependency, one token. Success output (at ``result_path``):
+  ``{"payload_id", "state": "SUCCEEDED", "execution_arn", "replayed", "result"}``,
+  where ``result`` is ``{"items": [{"id", "collection", "href"?}], "output": ...}``
+  or, when the result was too large to keep inline, ``{"url": "s3://...", ...}``.
+  Errors: :data:`WAIT_ERRORS` and :data:`CALLBACK_TIMEOUT`.
+* :func:`join_state`: k of n dependencies, one token (all-of, either-or, quorum),
+  listed or named by a manifest. Success output: the join summary
+  (``join_id``, ``quorum``, ``total``, ``counts``, ``succeeded``, ``failed``,
+  ``pending``, ``winner`` when the quorum is 1). Errors: :data:`JOIN_ERRORS` and
+  :data:`CALLBACK_TIMEOUT`.
+
+The queue url is given as is: a literal, or a placeholder your deployment
+substitutes (``"${ProcessQueueUrl}"`` with SAM's ``DefinitionSubstitutions``).
+The dicts serialise with :func:`json.dumps` into a definition, and fit CDK's
+``CustomState(self, "Wait", state_json=wait_state(...))``.
+
+Example:
+    >>> state = wait_state(
+    ...     "${ProcessQueueUrl}", payload_path="$.tile", result_path="$.waited",
+    ...     next_state="UseItems", on_error="Failed",
+    ... )
+    >>> state["Resource"]
+    'arn:aws:states:::sqs:sendMessage.waitForTaskToken'
+    >>> [catcher["ErrorEquals"] for catcher in state["Catch"]]  # doctest: +NORMALIZE_WHITESPACE
+    [['DependencyFailed', 'DependencyInvalid', 'DependencyAborted', 'DependencyCycle',
+      'States.Timeout']]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dependency_tracker.models.enums import DependencyError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+SEND_AND_WAIT = "arn:aws:states:::sqs:sendMessage.waitForTaskToken"
+# What the Task raises when the tracker did not answer within its callback timeout.
+# The tracker's own parents re-raise it as DependencyTimedOut; yours may do the same.
+CALLBACK_TIMEOUT = "States.Timeout"
+# Every error the tracker sends to a single waiter.
+WAIT_ERRORS: tuple[str, ...] = (
+    DependencyError.FAILED.value,
+    DependencyError.INVALID.value,
+    DependencyError.ABORTED.value,
+    DependencyError.CYCLE.value,
+)
+# Every error the tracker sends to a join (a member's failure counts; the join
+# fails only when the quorum became impossible).
+JOIN_ERRORS: tuple[str, ...] = (
+    DependencyError.QUORUM_UNREACHABLE.value,
+    DependencyError.INVALID_JOIN.value,
+    DependencyError.CYCLE.value,
+)
+# The catch-all error name: allowed last in ``on_error`` (for your own handling).
+CATCH_ALL = "States.ALL"
+DEFAULT_TIMEOUT_SECONDS = 300
+
+
+def wait_state(
+    queue_url: str,
+    *,
+    on_error: str | Mapping[str, str],
+    payload_path: str = "$.payload",
+    result_path: str | None = "$.dependency",
+    error_path: str = "$.error",
+    next_state: str | None = None,
+    timeout_seconds: int | None = DEFAULT_TIMEOUT_SECONDS,
+    timeout_seconds_path: str | None = None,
+    waiter_payload_id_path: str | None = None,
+    comment: str | None = None,
+) -> dict[str, Any]:
+    """The Task state that waits on one dependency payload.
+
+    Args:
+        queue_url: The tracker's process queue url (or a placeholder for it).
+        on_error: Where each error goes: one state name for all of them, or a
+            mapping from every name in :data:`WAIT_ERRORS` and
+            :data:`CALLBACK_TIMEOUT` to a state (``"States.ALL"`` may be added).
+        payload_path: JSONPath to the dependency: a cirrus payload or ``{"url": "s3://..."}``.
+        result_path: Where the success output goes in the state (None: dropped).
+        error_path: Where a caught error (``{"Error", "Cause"}``) goes.
+        next_state: The state after a success (None: the Task ends the machine).
+        timeout_seconds: The callback timeout (Step Functions raises ``States.Timeout``).
+        timeout_seconds_path: JSONPath to the callback timeout, in place of ``timeout_seconds``.
+        waiter_payload_id_path: JSONPath to the waiting payload's id, if it has one:
+            the tracker then refuses waits that would close a cycle (``DependencyCycle``)
+            and ``dependency-tracker graph`` names the parent by it.
+        comment: The state's ``Comment``.
+
+    Returns:
+        The state, a plain ASL dict.
+
+    Raises:
+        ValueError: ``on_error`` misses or misspells an error name, or the options clash.
+
+    Example:
+        >>> state = wait_state("${ProcessQueueUrl}", on_error={
+        ...     "DependencyFailed": "Retry", "DependencyInvalid": "Reject",
+        ...     "DependencyAborted": "Retry", "DependencyCycle": "Reject",
+        ...     "States.Timeout": "TooSlow"}, next_state="Publish")
+        >>> catch = state["Catch"]
+        >>> [(c["ErrorEquals"], c["Next"]) for c in catch]  # doctest: +NORMALIZE_WHITESPACE
+        [(['DependencyFailed', 'DependencyAborted'], 'Retry'),
+         (['DependencyInvalid', 'DependencyCycle'], 'Reject'),
+         (['States.Timeout'], 'TooSlow')]
+    """
+    callback: dict[str, Any] = {
+        "task_token.$": "$$.Task.Token",
+        "parent_execution.$": "$$.Execution.Id",
+    }
+    if waiter_payload_id_path is not None:
+        callback["waiter_payload_id.$"] = _path(waiter_payload_id_path, "waiter_payload_id_path")
+    body = {"payload.$": _path(payload_path, "payload_path"), "callback": callback}
+    return _task(
+        queue_url,
+        body,
+        errors=WAIT_ERRORS,
+        on_error=on_error,
+        result_path=result_path,
+        error_path=error_path,
+        next_state=next_state,
+        timeout_seconds=timeout_seconds,
+        timeout_seconds_path=timeout_seconds_path,
+        comment=comment,
+    )
+
+
+def join_state(
+    queue_url: str,
+    *,
+    on_error: str | Mapping[str, str],
+    payloads_path: str | None = "$.payloads",
+    payloads_url_path: str | None = None,
+    quorum: int | None = None,
+    quorum_path: str | None = None,
+    join_id_path: str | None = None,
+    result_path: str | None = "$.join",
+    error_path: str = "$.error",
+    next_state: str | None = None,
+    timeout_seconds: int | None = DEFAULT_TIMEOUT_SECONDS,
+    timeout_seconds_path: str | None = None,
+    waiter_payload_id_path: str | None = None,
+    comment: str | None = None,
+) -> dict[str, Any]:
+    """The Task state that waits on k of n dependency payloads with one token.
+
+    Args:
+        queue_url: The tracker's process queue url (or a placeholder for it).
+        on_error: Where each error goes: one state name for all, or a mapping from
+            every name in :data:`JOIN_ERRORS` and :data:`CALLBACK_TIMEOUT` to a state.
+        payloads_path: JSONPath to the list of members (payloads or ``{"url": ...}``).
+        payloads_url_path: JSONPath to a manifest's ``s3://`` url (a JSON array or
+            JSON Lines object of members), in place of ``payloads_path``; pass
+            ``payloads_path=None`` with it.
+        quorum: k, fixed (None and no ``quorum_path``: all of them; 1: either-or).
+        quorum_path: JSONPath to k, in place of ``quorum`` (a null value means all).
+        join_id_path: JSONPath to a join id of your own (e.g. from ``States.UUID()``),
+            to find the join's row after a timeout; without it the join is keyed by
+            the hash of the task token.
+        result_path: Where the summary goes in the state (None: dropped).
+        error_path: Where a caught error goes; a ``QuorumUnreachable`` cause is the summary.
+        next_state: The state after a success (None: the Task ends the machine).
+        timeout_seconds: The callback timeout.
+        timeout_seconds_path: JSONPath to the callback timeout, in place of ``timeout_seconds``.
+        waiter_payload_id_path: JSONPath to the waiting payload's id, if it has one.
+        comment: The state's ``Comment``.
+
+    Returns:
+        The state, a plain ASL dict.
+
+    Raises:
+        ValueError: ``on_error`` misses or misspells an error name, or the options clash.
+
+    Example:
+        >>> state = join_state("${ProcessQueueUrl}", quorum=1, on_error="NoWinner",
+        ...                    result_path="$.race", next_state="UseWinner")
+        >>> state["Parameters"]["MessageBody"]["join"]["quorum"]
+        1
+    """
+    if (payloads_path is None) == (payloads_url_path is None):
+        msg = "give exactly one of payloads_path and payloads_url_path"
+        raise ValueError(msg)
+    if quorum is not None and quorum_path is not None:
+        msg = "give at most one of quorum and quorum_path"
+        raise ValueError(msg)
+    if quorum is not None and quorum < 1:
+        msg = f"quorum must be at least 1, got {quorum}"
+        raise ValueError(msg)
+    join: dict[str, Any] = {
+        "task_token.$": "$$.Task.Token",
+        "parent_execution.$": "$$.Execution.Id",
+    }
+    if quorum is not None:
+        join["quorum"] = quorum
+    elif quorum_path is not None:
+        join["quorum.$"] = _path(quorum_path, "quorum_path")
+    if join_id_path is not None:
+        join["join_id.$"] = _path(join_id_path, "join_id_path")
+    if waiter_payload_id_path is not None:
+        join["waiter_payload_id.$"] = _path(waiter_payload_id_path, "waiter_payload_id_path")
+    body: dict[str, Any] = {"join": join}
+    if payloads_path is not None:
+        body["payloads.$"] = _path(payloads_path, "payloads_path")
+    else:
+        body["payloads_url.$"] = _path(str(payloads_url_path), "payloads_url_path")
+    return _task(
+        queue_url,
+        body,
+        errors=JOIN_ERRORS,
+        on_error=on_error,
+        result_path=result_path,
+        error_path=error_path,
+        next_state=next_state,
+        timeout_seconds=timeout_seconds,
+        timeout_seconds_path=timeout_seconds_path,
+        comment=comment,
+    )
+
+
+def catchers(
+    errors: Sequence[str], on_error: str | Mapping[str, str], error_path: str = "$.error"
+) -> list[dict[str, Any]]:
+    """A ``Catch`` list covering ``errors`` and the callback timeout.
+
+    Errors that go to the same state share one catcher, in the order of
+    ``errors``; ``States.ALL`` (if mapped) comes last, as ASL requires.
+
+    Raises:
+        ValueError: A mapping misses one of the names, or names one that is not caught here.
+    """
+    names = [*errors, CALLBACK_TIMEOUT]
+    if isinstance(on_error, str):
+        return [{"ErrorEquals": names, "ResultPath": error_path, "Next": on_error}]
+    missing = [name for name in names if name not in on_error]
+    unknown = sorted(set(on_error) - {*names, CATCH_ALL})
+    if missing or unknown:
+        msg = f"on_error must map every error name: missing {missing}, unknown {unknown}"
+        raise ValueError(msg)
+    grouped: dict[str, list[str]] = {}
+    for name in names:
+        grouped.setdefault(on_error[name], []).append(name)
+    result = [
+        {"ErrorEquals": group, "ResultPath": error_path, "Next": target}
+        for target, group in grouped.items()
+    ]
+    if CATCH_ALL in on_error:
+        result.append(
+            {"ErrorEquals": [CATCH_ALL], "ResultPath": error_path, "Next": on_error[CATCH_ALL]}
+        )
+    return result
+
+
+def _task(
+    queue_url: str,
+    body: dict[str, Any],
+    *,
+    errors: Sequence[str],
+    on_error: str | Mapping[str, str],
+    result_path: str | None,
+    error_path: str,
+    next_state: str | None,
+    timeout_seconds: int | None,
+    timeout_seconds_path: str | None,
+    comment: str | None,
+) -> dict[str, Any]:
+    if (timeout_seconds is None) == (timeout_seconds_path is None):
+        msg = "give exactly one of timeout_seconds and timeout_seconds_path"
+        raise ValueError(msg)
+    state: dict[str, Any] = {"Type": "Task"}
+    if comment is not None:
+        state["Comment"] = comment
+    state["Resource"] = SEND_AND_WAIT
+    state["Parameters"] = {"QueueUrl": queue_url, "MessageBody": body}
+    if timeout_seconds is not None:
+        # Without a timeout a parent whose answer is lost would wait up to a year.
+        if timeout_seconds < 1:
+            msg = f"timeout_seconds must be at least 1, got {timeout_seconds}"
+            raise ValueError(msg)
+        state["TimeoutSeconds"] = timeout_seconds
+    else:
+        state["TimeoutSecondsPath"] = _path(str(timeout_seconds_path), "timeout_seconds_path")
+    state["ResultPath"] = None if result_path is None else _path(result_path, "result_path")
+    state["Catch"] = catchers(errors, on_error, _path(error_path, "error_path"))
+    if next_state is None:
+        state["End"] = True
+    else:
+        state["Next"] = next_state
+    return state
+
+
+def _path(value: str, name: str) -> str:
+    """A reference path into the state (``$...``) or the context object (``$$...``)."""
+    if not value.startswith("$"):
+        msg = f"{name} must be a JSONPath starting with $, got {value!r}"
+        raise ValueError(msg)
+    return value
