@@ -111,7 +111,7 @@ def runs(stack: LocalStack, machines: dict[str, str]) -> dict[str, str]:
     bucket = stack.outputs["PayloadBucketName"]
     text = manifest_text([tile("m-1"), tile("m-2"), tile("m-3")])
     stack.client("s3").put_object(Bucket=bucket, Key="manifests/example.jsonl", Body=text)
-    inputs = {
+    inputs: dict[str, tuple[str, dict[str, Any]]] = {
         "single-ok": ("single-wait", {"tile": tile("ex-ok")}),
         "single-bad": ("single-wait", {"tile": tile("ex-bad", "fail")}),
         # 2 of 3 tiles (one fails), and 2 of 2 tiles (one fails)
