@@ -225,3 +225,17 @@ def test_express_child_reports_its_own_end(
         stateMachineArn=stack.outputs["StateMachines"]["simulate-express"]
     )
     assert machine["type"] == "EXPRESS"
+    # AND it ran under an Express ARN (never described), and a success's output travelled
+    # by pointer: written to the bucket, named by the report, read back by update-state
+    assert item.execution_arn is not None
+    assert ":express:" in item.execution_arn
+    stored = stack.client("s3").list_objects_v2(
+        Bucket=stack.outputs["PayloadBucketName"], Prefix="express-outputs/"
+    )
+    names = [entry["Key"] for entry in stored.get("Contents", [])]
+    if error is None:
+        assert item.result_json is not None
+        assert any(
+            name.startswith(f"express-outputs/{item.execution_arn.split(':')[7]}/")
+            for name in names
+        )

@@ -10,6 +10,7 @@ import pytest
 
 from dependency_tracker import definitions
 from dependency_tracker.errors import ConfigurationError
+from dependency_tracker.flows.update_state import EXPRESS_OUTPUTS_PREFIX
 from dependency_tracker.limits import SFN_MAX_HISTORY_EVENTS, SFN_MAX_PAYLOAD_BYTES
 from dependency_tracker.models import DependencyError
 from tests.e2e.parent_limits import MAX_DEPENDENCIES, moto_size, state_after_map
@@ -227,3 +228,16 @@ def test_express_reports_are_retried() -> None:
             for n in range(retry["MaxAttempts"])
         )
         assert waits < 60, name
+
+
+def test_express_outputs_are_written_where_update_state_reads_them() -> None:
+    # GIVEN the Express example's success path
+    states = json.loads(definitions.discover()["simulate-express"].read_text())["States"]
+    # THEN its output is named under the prefix update-state's role reads, stored, then
+    # reported by pointer (never inline: with the input it could pass SQS's 256 KiB)
+    key = states["NameOutput"]["Parameters"]["key.$"]
+    assert key.startswith(f"States.Format('{EXPRESS_OUTPUTS_PREFIX}/{{}}/{{}}.json'")
+    assert states["StoreOutput"]["Resource"] == "arn:aws:states:::aws-sdk:s3:putObject"
+    report = states["ReportSucceeded"]["Parameters"]["MessageBody"]["status_report"]
+    assert "output.$" not in report
+    assert report["output_url.$"].startswith("States.Format('s3://${PayloadBucketName}/{}'")

@@ -43,6 +43,7 @@ from dependency_tracker.flows.chaining import CHAINED_PREFIX
 from dependency_tracker.flows.joins.registration import JOIN_MEMBERS_PREFIX
 from dependency_tracker.flows.results import RESULTS_PREFIX
 from dependency_tracker.flows.runs import LARGE_INPUT_PREFIX
+from dependency_tracker.flows.update_state import EXPRESS_OUTPUTS_PREFIX
 from dependency_tracker.handlers import callback, process, update_state
 from dependency_tracker.local.context import LocalContext
 from dependency_tracker.local.events import status_change_event
@@ -397,6 +398,11 @@ def task_states(states: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def integration_call(state: dict[str, Any]) -> tuple[str, str]:
     """IAM action and resource ARN of a service-integration Task state."""
+    parameters = state["Parameters"]
+    if state["Resource"] == "arn:aws:states:::aws-sdk:s3:putObject":
+        # An Express workflow's output, named by a key under express-outputs/ (update-state
+        # reads it back from there; test_express_outputs_are_written_where_update_state_reads)
+        return "s3:PutObject", f"arn:aws:s3:::{parameters['Bucket']}/{EXPRESS_OUTPUTS_PREFIX}/*"
     found = re.fullmatch(
         r"arn:aws:states:::(?P<service>[a-z0-9-]+):(?P<api>[A-Za-z]+)"
         r"(\.(sync(:2)?|waitForTaskToken))?",
@@ -405,7 +411,6 @@ def integration_call(state: dict[str, Any]) -> tuple[str, str]:
     assert found, f"unsupported task resource {state['Resource']}"
     service, api = found["service"], found["api"]
     action = f"{service}:{api[0].upper()}{api[1:]}"
-    parameters = state["Parameters"]
     if service == "sqs":
         queue = parameters["QueueUrl"].rsplit("/", 1)[1]
         return action, f"arn:aws:sqs:{REGION}:{ACCOUNT}:{queue}"
@@ -1730,12 +1735,18 @@ def deployment(template: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Ite
         )
         queue = stack.physical("ProcessQueue")
         assert sqs.create_queue(QueueName=queue.attributes["QueueName"])["QueueUrl"] == queue.ref
+        reports = stack.physical("StatusReportQueue")
+        assert (
+            sqs.create_queue(QueueName=reports.attributes["QueueName"])["QueueUrl"] == reports.ref
+        )
         s3.create_bucket(Bucket=stack.physical("PayloadBucket").ref)
         for logical_id in stack.of_type(STATE_MACHINE):
+            properties = stack.resolved_properties(logical_id)
             created = sfn.create_state_machine(
-                name=stack.resolved_properties(logical_id)["Name"],
+                name=properties["Name"],
                 definition=rendered_definition(stack, logical_id),
                 roleArn=f"arn:aws:iam::{ACCOUNT}:role/{logical_id}",
+                type=properties.get("Type", "STANDARD"),
             )
             assert created["stateMachineArn"] == stack.physical(logical_id).ref
         recorder = Recorder()
@@ -1748,6 +1759,16 @@ def deployment(template: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Ite
                 queue_arn=queue.attributes["Arn"],
                 handler=recorder.handler(stack, "ProcessFunction"),
                 region=REGION,
+            ),
+            # Express workflows report their own end on the status-report queue
+            SqsPump(
+                sqs=sqs,
+                queue_url=reports.ref,
+                queue_arn=reports.attributes["Arn"],
+                handler=recorder.handler(stack, "UpdateStateFunction"),
+                region=REGION,
+                function_name="update-state",
+                name="reports",
             ),
             ExecutionPump(
                 sfn=sfn,
@@ -1827,12 +1848,16 @@ def untaken_paths(bucket: str, parent_map: str, parent_join: str) -> list[tuple[
         "join": {"task_token": "ref-join", "parent_execution": parent_join},
         "payloads": [simulated("e"), simulated("f"), {"url": f"s3://{bucket}/p/d.json"}],
     }
+    # an Express child: it writes its output to the bucket and reports its end by pointer
+    express = simulated("express")
+    express["process"][0]["workflow"] = "simulate-express"
     x_id, y_id = (ProcessPayload.model_validate(simulated(n)).id for n in ("x", "y"))
     x_waits = {**simulated("y"), "callback": {**late, "task_token": "x", "waiter_payload_id": x_id}}
     y_waits = {**simulated("x"), "callback": {**late, "task_token": "y", "waiter_payload_id": y_id}}
     return [
         ({"url": f"s3://{bucket}/p/d.json"}, "s3-pointer"),
         (big, "big-result"),
+        (express, "express"),
         (chained, "chained"),
         (huge, "huge-input"),
         (huge_chain, "huge-chain"),

@@ -44,6 +44,9 @@ LIVE_STATUSES = frozenset({"RUNNING", "PENDING_REDRIVE"})
 EXPRESS_LEASE_SECONDS = 600
 # Step Functions takes 256 KiB of input; leave room for the envelope.
 MAX_INLINE_INPUT_BYTES = 250_000
+# An Express run reports its own end with its input as an escaped JSON string (JSON escaping
+# at most doubles it) in one SQS message of 256 KiB: inputs past this go by pointer.
+MAX_EXPRESS_INLINE_INPUT_BYTES = 100_000
 LARGE_INPUT_PREFIX = "payloads"
 
 
@@ -85,13 +88,13 @@ class Runs:
         age = utcnow() - seen.claimed_at
         return age.total_seconds() > lease
 
-    def is_express(self, workflow: str, seen: PayloadStateItem) -> bool:
+    def is_express(self, workflow: str, seen: PayloadStateItem | None) -> bool:
         """Whether the workflow's runs are Express (not idempotent, not describable).
 
         The recorded run's ARN says so; a claim that has not started yet asks
         ``DescribeStateMachine`` once per workflow for this Lambda environment.
         """
-        if seen.execution_arn is not None:
+        if seen is not None and seen.execution_arn is not None:
             return naming.is_express_arn(seen.execution_arn)
         express = self._express.get(workflow)
         if express is None:
@@ -185,11 +188,14 @@ class Runs:
         retried start sends the same input (StartExecution stays idempotent).
         """
         text = payload.execution_input()
-        if len(text.encode("utf-8")) <= MAX_INLINE_INPUT_BYTES:
+        limit = MAX_INLINE_INPUT_BYTES
+        if self.is_express(payload.workflow, None):
+            limit = MAX_EXPRESS_INLINE_INPUT_BYTES
+        if len(text.encode("utf-8")) <= limit:
             return text
         if not self._bucket.writable:
             raise InvalidMessageError(
-                f"payload {payload.id} exceeds the {MAX_INLINE_INPUT_BYTES}-byte execution "
+                f"payload {payload.id} exceeds the {limit}-byte execution "
                 "input limit and no payload bucket is configured"
             )
         digest = hashlib.sha256(payload.id.encode("utf-8")).hexdigest()

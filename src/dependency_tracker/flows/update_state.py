@@ -42,6 +42,11 @@ if TYPE_CHECKING:
     from dependency_tracker.settings import Settings
 
 
+# Where an Express workflow writes the output its report names (simulate-express.asl.json);
+# the update-state role reads it there.
+EXPRESS_OUTPUTS_PREFIX = "express-outputs"
+
+
 @unique
 class UpdateAction(StrEnum):
     """What the update-state flow did with a status change."""
@@ -200,6 +205,13 @@ class UpdateStateFlow:
         return json.dumps({"url": url})
 
     def _output_of(self, change: StatusChange) -> str | None:
+        if change.output_url is not None:
+            if self._bucket is None:
+                raise ConfigurationError(
+                    ENV_PAYLOAD_BUCKET, f"is needed to read the output at {change.output_url}"
+                )
+            # Raises when S3 cannot serve it: the report is retried, then kept in its DLQ.
+            return self._bucket.read_url(change.output_url)
         if change.output_details.included:
             return change.output
         # EventBridge leaves out outputs over 248 KiB; ask Step Functions.

@@ -36,6 +36,9 @@ class StatusChange(BaseModel):
     # RedriveExecution reruns a failed Standard execution under the same ARN; each
     # redrive sends a new terminal event with this count raised.
     redrive_count: int = Field(default=0, alias="redriveCount")
+    # An Express workflow's own report may carry its output by pointer instead
+    # (``s3://bucket/key``): output and input inline could pass SQS's 256 KiB.
+    output_url: str | None = None
 
     @classmethod
     def from_description(cls, described: dict[str, Any]) -> StatusChange:

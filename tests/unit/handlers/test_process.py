@@ -510,3 +510,33 @@ def test_an_express_claim_that_never_started_is_retaken_after_minutes_not_a_day(
     item = aws.states.get(payload_id(workflow="quick"))
     assert item is not None
     assert (item.state, item.attempt) == (PayloadState.PROCESSING, 2)
+
+
+@pytest.mark.usefixtures("workflows")
+def test_an_express_input_past_100_kb_goes_by_pointer(
+    aws: Aws, lambda_context: LocalContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a 150 kB payload for an Express workflow (its report carries the input escaped,
+    # in one 256 KiB SQS message) and the same for a Standard one
+    aws.s3.create_bucket(Bucket="deptrack-payloads")
+    monkeypatch.setenv("DEPTRACK_PAYLOAD_BUCKET", "deptrack-payloads")
+    settings.get_settings.cache_clear()
+    process_flow.cache_clear()
+    express_workflow(aws)
+    inputs: dict[str, str] = {}
+    flow = process_flow()
+    real = flow._sfn.start_execution
+
+    def start(**kwargs: Any) -> Any:
+        inputs[kwargs["stateMachineArn"].rsplit("-", 1)[-1]] = kwargs["input"]
+        return real(**kwargs)
+
+    monkeypatch.setattr(flow._sfn, "start_execution", start)
+    for workflow in ("quick", "pass"):
+        body = payload(workflow=workflow)
+        body["features"][0]["properties"] = {"blob": "x" * 150_000}
+        # WHEN each is processed
+        assert failures(lambda_handler(sqs_event(body), lambda_context)) == []
+    # THEN the Express run gets a pointer and the Standard one the payload itself
+    assert list(json.loads(inputs["quick"])) == ["url"]
+    assert json.loads(inputs["pass"])["id"] == payload_id()
