@@ -318,6 +318,22 @@ def test_waiters_show_who_waits_since_when_and_whether_told(server: Server, pare
     assert token not in human.stdout
 
 
+def test_waiters_of_a_mistyped_id_fail_instead_of_reading_as_nobody_waits(
+    server: Server, parent: str
+) -> None:
+    # GIVEN a dependency a real parent waits on
+    typo = sim_id("slow").replace("slow", "slwo")
+    # WHEN its id is mistyped
+    result = server.cli("waiters", typo)
+    # THEN the command exits 5 and says the id is unknown
+    assert result.exit_code == 5
+    assert (
+        result.stderr
+        == f"error: payload not found: {typo} (no state item, and nothing waits on it)\n"
+    )
+    assert result.stdout == ""
+
+
 def test_graph_draws_parents_to_dependencies_and_finds_cycles(server: Server, parent: str) -> None:
     # GIVEN two payloads that wait on each other, next to the real parent
     table = server.dependencies()
@@ -453,8 +469,17 @@ def test_a_stack_name_resolves_resources_from_cloudformation_outputs(server: Ser
     assert "SUCCEEDED" in found.stdout
     lost = server.cli("status", sim_id("fast"), "--prefix", "x")
     assert lost.exit_code == 1
-    assert lost.stderr.startswith("error: BatchGetItem: ResourceNotFoundException")
-    assert lost.stderr.count("\n") == 1
+    error, hint = lost.stderr.splitlines()
+    assert error.startswith("error: BatchGetItem: ResourceNotFoundException")
+    assert hint.startswith("hint: the tracker's tables, queues or bucket are not where --prefix x")
+    # AND a stack that is not there says which options to check
+    missing = server.cli("status", sim_id("fast"), "--stack-name", "nope")
+    assert missing.exit_code == 1
+    error, hint = missing.stderr.splitlines()
+    assert error.startswith("error: DescribeStacks: ValidationError:")
+    assert hint == (
+        "hint: no such stack in this account and region: check --stack-name and --region"
+    )
 
 
 # ---------------------------------------------------------------------------- stop
@@ -472,6 +497,12 @@ def test_ctrl_c_stops_serve_cleanly(server: Server) -> None:
     assert not server.outputs_file.exists()
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", port)) != 0
+    # AND a command that still points at it asks whether serve runs, without a traceback
+    after = server.cli("status", sim_id("fast"))
+    assert after.exit_code == 1
+    error, hint = after.stderr.splitlines()
+    assert error.startswith("error: Could not connect to the endpoint URL")
+    assert hint.startswith("hint: is `dependency-tracker serve` running?")
 
 
 def test_serve_says_why_when_the_port_is_taken(tmp_path: Path) -> None:

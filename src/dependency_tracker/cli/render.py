@@ -6,11 +6,12 @@ import json
 import re
 import sys
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -19,6 +20,13 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from rich.console import RenderableType
+    from rich.table import Table
 
 STATE_STYLE = {
     "SUCCEEDED": "green",
@@ -139,3 +147,86 @@ def parse_duration(text: str) -> timedelta:
 def escape_line(text: str) -> str:
     """``text`` on one line, with Rich markup escaped."""
     return escape(" ".join(text.split()))
+
+
+# --------------------------------------------------------------------------- narrow terminals
+
+# Table measurement ignores the console's width when given this much room.
+_UNBOUNDED = 1_000_000
+_INDENT = "    "
+
+
+def print_table(console: Console, table: Table, *, keys: Iterable[int] = (0,)) -> None:
+    """Print ``table`` whole, or as one block per row when it cannot fit.
+
+    Columns ``keys`` hold identifiers (payload ids, ARNs, message ids): they
+    are never cut or folded, because a broken id cannot be copied back into a
+    command. The table is printed when every identifier and every word fits
+    in the console's width; otherwise each row becomes a heading and
+    ``column: value`` lines, printed without Rich's line breaks (the terminal
+    wraps long ids, and copying them gives the id back whole). A table
+    without a header (a card, as ``status`` prints) becomes its title
+    followed by ``field: value`` lines.
+    """
+    for index in keys:
+        column = table.columns[index]
+        column.no_wrap = True
+        column.overflow = "ignore"
+        column.min_width = max((_width(cell) for cell in column.cells), default=0)
+    if table.title is not None:
+        table.min_width = max(table.min_width or 0, _width(table.title))
+    needed = Measurement.get(console, console.options.update(max_width=_UNBOUNDED), table)
+    if needed.minimum <= console.width:
+        console.print(table)
+    elif table.show_header:
+        _print_blocks(console, table)
+    else:
+        _print_card(console, table)
+
+
+def _width(cell: RenderableType) -> int:
+    """Cells on screen of a cell given as markup text (0 for other renderables)."""
+    if isinstance(cell, str):
+        return max((Text.from_markup(line).cell_len for line in cell.splitlines()), default=0)
+    if isinstance(cell, Text):
+        return cell.cell_len
+    return 0
+
+
+def _print_blocks(console: Console, table: Table) -> None:
+    if table.title is not None:
+        console.print(table.title, style="bold", soft_wrap=True)
+    headers = [str(column.header) for column in table.columns]
+    columns = [list(column.cells) for column in table.columns]
+    for row in range(table.row_count):
+        cells = [column[row] for column in columns]
+        if _text(cells[0]):
+            console.print()
+            console.print(cells[0], style="bold", soft_wrap=True)
+        for header, cell in zip(headers[1:], cells[1:], strict=True):
+            _print_field(console, header, cell)
+
+
+def _print_card(console: Console, table: Table) -> None:
+    if table.title is not None:
+        console.print(table.title, style="bold", soft_wrap=True)
+    fields, values = (list(column.cells) for column in table.columns[:2])
+    for field, value in zip(fields, values, strict=True):
+        _print_field(console, _text(field), value)
+
+
+def _print_field(console: Console, header: str, cell: RenderableType) -> None:
+    """``    header: value``; a value of several lines continues under the first."""
+    lines = _text(cell).splitlines()
+    if not lines:
+        return
+    console.print(f"{_INDENT}[dim]{escape(header)}:[/] {lines[0]}", soft_wrap=True)
+    for line in lines[1:]:
+        console.print(f"{_INDENT}{_INDENT}{line}", soft_wrap=True)
+
+
+def _text(cell: RenderableType) -> str:
+    """A cell's markup text (tables here hold markup strings)."""
+    if isinstance(cell, Text):
+        return escape(cell.plain)
+    return cell if isinstance(cell, str) else ""

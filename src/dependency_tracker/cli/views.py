@@ -52,12 +52,16 @@ def payload_json(payload_id: str, item: PayloadStateItem | None) -> dict[str, An
 def payload_table(
     rows: Iterable[tuple[str, PayloadStateItem | None]], *, title: str = "payloads"
 ) -> Table:
-    """Human view of payloads: state, attempts, executions, last error, result."""
+    """Human view of payloads: state, attempts, executions, last error, result.
+
+    Print it with :func:`~dependency_tracker.cli.render.print_table` (key column 0).
+    """
     table = Table(title=title)
-    table.add_column("payload", overflow="fold")
+    table.add_column("payload")  # a key column: render.print_table keeps it whole
     for column in ("state", "attempt", "executions"):
         table.add_column(column)
-    table.add_column("last execution", overflow="fold")
+    # Shortened, not folded: `status` shows whole execution ARNs.
+    table.add_column("last execution", no_wrap=True, overflow="ellipsis", max_width=36)
     for column in ("last error", "result", "updated"):
         table.add_column(column)
     for payload_id, item in rows:
@@ -81,10 +85,14 @@ def payload_table(
 
 
 def payload_card(payload_id: str, item: PayloadStateItem | None) -> Table:
-    """Everything the state table holds on one payload, one field a line."""
+    """Everything the state table holds on one payload, one field a line.
+
+    Print it with :func:`~dependency_tracker.cli.render.print_table` (no key column:
+    an ARN is one word, and a card too narrow for its longest word prints as lines).
+    """
     card = Table(title=render.escape_line(payload_id), title_justify="left", show_header=False)
     card.add_column("field", style="bold")
-    card.add_column("value", overflow="fold")
+    card.add_column("value")
     if item is None:
         card.add_row("state", "[red]not found[/]")
         return card

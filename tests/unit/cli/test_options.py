@@ -61,14 +61,20 @@ def test_prefix_and_stack_name_come_from_the_environment() -> None:
     assert "stack_name='envs'" in repr(seen["options"])
 
 
-def test_errors_are_one_line_with_the_error_s_exit_code() -> None:
+def test_errors_are_one_line_with_the_error_s_exit_code_and_a_hint_when_one_helps() -> None:
     runner = CliRunner()
     missing = runner.invoke(probe, ["--name", "missing"])
     assert missing.exit_code == PayloadNotFoundError.exit_code
     assert missing.stderr == "error: payload not found: missing\n"
     denied = runner.invoke(probe, ["--name", "denied"])
     assert denied.exit_code == 1
-    assert denied.stderr == "error: GetItem: AccessDenied: not allowed\n"
+    assert denied.stderr == (
+        "error: GetItem: AccessDenied: not allowed\n"
+        "hint: the caller lacks a permission: docs/cli.md lists what each command needs\n"
+    )
     no_region = runner.invoke(probe, ["--name", "noregion"])
     assert no_region.exit_code == 1
-    assert no_region.stderr == "error: You must specify a region.\n"
+    assert no_region.stderr == (
+        "error: You must specify a region.\n"
+        "hint: pass --region or set $AWS_REGION (a profile with a region works too)\n"
+    )

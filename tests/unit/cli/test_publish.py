@@ -102,13 +102,28 @@ def test_a_message_over_the_sqs_limit_is_refused(aws: Aws, tmp_path: Path) -> No
     assert queued(aws) == []
 
 
-def test_a_missing_file_is_one_line(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["publish", str(tmp_path / "nope.json")])
+def test_a_missing_file_is_reported_as_a_missing_file_not_as_an_invalid_message(
+    tmp_path: Path,
+) -> None:
+    # GIVEN a path that does not exist (a typo), after one that does
+    good = write(tmp_path, "good.json", payload("a"))
+    missing = tmp_path / "nope.json"
+    # WHEN both are published
+    result = CliRunner().invoke(app, ["publish", good, str(missing)])
+    # THEN it is a usage error naming the file (exit 2), in one line
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {missing}: no such file\n"
+
+
+def test_a_file_that_is_not_utf8_is_an_invalid_message(tmp_path: Path) -> None:
+    # GIVEN a file that exists but holds Latin-1 bytes
+    path = tmp_path / "latin1.json"
+    path.write_bytes(b'{"id": "caf\xe9"}')
+    # WHEN it is published
+    result = CliRunner().invoke(app, ["publish", str(path)])
+    # THEN its content is refused as a message (exit 3), without a traceback
     assert result.exit_code == 3
-    assert (
-        result.stderr
-        == f"error: invalid message: {tmp_path / 'nope.json'}: No such file or directory\n"
-    )
+    assert result.stderr == f"error: invalid message: {path}: not UTF-8 text\n"
 
 
 @pytest.mark.usefixtures("workflows")

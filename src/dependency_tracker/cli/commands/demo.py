@@ -38,7 +38,14 @@ def demo(
     ] = 200,
     live: Annotated[bool, typer.Option(help="Show a live display while it runs.")] = True,
 ) -> None:
-    """Run the whole system on the embedded stack and show what every parent did."""
+    """Run the whole system on the embedded stack and show what every parent did.
+
+    Exits 1 if any parent or dependency ended otherwise than its story says.
+
+    Examples:
+      dependency-tracker demo
+      dependency-tracker demo --parents 10 --dependencies 4 --seed 3 --join-members 50
+    """
     from dependency_tracker.local import LocalStack  # noqa: PLC0415  (needs the local extra)
 
     console = Console(file=sys.stdout)

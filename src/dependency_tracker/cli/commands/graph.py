@@ -44,6 +44,11 @@ def graph(
     """Print the wait-for graph: parents → dependencies, nodes coloured by state.
 
     Cycles (payloads that wait on each other) are outlined and listed on stderr.
+
+    Examples:
+      dependency-tracker graph
+      dependency-tracker graph --root ID --format dot | dot -Tsvg > why.svg
+      dependency-tracker graph --all --json
     """
     whole = load_graph(target, include_done=include_done)
     shown = whole

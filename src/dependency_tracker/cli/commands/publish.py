@@ -128,10 +128,17 @@ def publish(
 ) -> None:
     """Validate messages and send them to the process queue.
 
-    Everything is validated before anything is sent; an invalid message exits 3
-    with the reason. With --wait, exits 1 unless every payload succeeded.
+    Everything is validated before anything is sent; a FILE that does not exist
+    exits 2, an invalid message exits 3 with the reason. With --wait, exits 1
+    unless every payload succeeded.
     With --manifest PATH, nothing is sent: the manifest is uploaded and its url
     printed, for a join's payloads_url or wait-for-join's dependencies_url.
+
+    Examples:
+      dependency-tracker publish payload.json --wait
+      dependency-tracker publish a.json b.json --endpoint-url http://127.0.0.1:4566
+      cat payloads.json | dependency-tracker publish - --json
+      dependency-tracker publish --manifest members/
     """
     if manifest is not None:
         if sources or wait:
@@ -172,8 +179,13 @@ def _documents(source: str) -> list[tuple[int | None, Any]]:
     """The JSON documents in a source: one object, or each element of an array."""
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        # A wrong path is a usage error, not a message the tracker would refuse.
+        fail(f"{source}: no such file", 2)
     except OSError as exc:
-        raise InvalidMessageError(f"{source}: {exc.strerror or exc}") from exc
+        fail(f"{source}: cannot read: {exc.strerror or exc}", 2)
+    except UnicodeDecodeError as exc:
+        raise InvalidMessageError(f"{source}: not UTF-8 text") from exc
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -322,7 +334,7 @@ def _show(
             soft_wrap=True,
         )
     if wait:
-        console.print(payload_table(rows, title="results"))
+        render.print_table(console, payload_table(rows, title="results"), keys=(0,))
 
 
 # ---------------------------------------------------------------------------- --manifest

@@ -74,7 +74,12 @@ def redrive(
     ] = None,
     json_output: Json = False,
 ) -> None:
-    """Move messages from the process DLQ back to the process queue (after a fix)."""
+    """Move messages from the process DLQ back to the process queue (after a fix).
+
+    Examples:
+      dependency-tracker redrive --dry-run
+      dependency-tracker redrive --max 10 --stack-name deptrack
+    """
     sqs = target.client("sqs")
     dlq_url = target.process_dlq_url
     queue_url = None if dry_run else target.process_queue_url
@@ -195,4 +200,4 @@ def _show(letters: list[DeadLetter], *, dry_run: bool, json_output: bool) -> Non
             str(summary["receive_count"]),
             render.clipped(summary["note"]),
         )
-    console.print(table)
+    render.print_table(console, table, keys=(0, 1))

@@ -54,6 +54,10 @@ def serve(
     handlers. Any program can use it with boto3 or the AWS CLI and the printed
     endpoint. A state machine created later as {prefix}-{workflow} is managed
     at once.
+
+    Examples:
+      dependency-tracker serve
+      dependency-tracker serve --port 4600 --prefix mine --outputs-file outputs.json
     """
     try:
         from dependency_tracker.local import LocalStack  # noqa: PLC0415  (the local extra)
@@ -126,7 +130,7 @@ def _show(outputs: dict[str, Any], *, json_output: bool) -> None:
         for name, arn in outputs.get("StateMachines", {}).items():
             table.add_row(f"StateMachines.{name}", render.plain(arn))
         console = render.stdout()
-        console.print(table)
+        render.print_table(console, table, keys=(0, 1))
         endpoint, queue = outputs["EndpointUrl"], outputs["ProcessQueueUrl"]
         console.print(
             "try: dependency-tracker publish payload.json --wait "

@@ -23,6 +23,11 @@ def status(
     """Show payloads: state, attempts, executions, last error and stored result.
 
     Exits 5 if a payload id is unknown (after showing the others).
+
+    Examples:
+      dependency-tracker status sentinel-2-l2a/workflow-simulate/tile-1
+      dependency-tracker status ID1 ID2 --json
+      dependency-tracker status "$(cat id.txt)" --stack-name deptrack
     """
     found = target.states.batch_get(payload_ids)
     rows = [(payload_id, found.get(payload_id)) for payload_id in dict.fromkeys(payload_ids)]
@@ -31,7 +36,7 @@ def status(
     else:
         console = render.stdout()
         for payload_id, item in rows:
-            console.print(payload_card(payload_id, item))
+            render.print_table(console, payload_card(payload_id, item), keys=())
     missing = [payload_id for payload_id, item in rows if item is None]
     if missing:
         raise PayloadNotFoundError(", ".join(missing))

@@ -25,7 +25,12 @@ def stuck(
     ] = "1h",
     json_output: Json = False,
 ) -> None:
-    """List parents waiting longer than a threshold, and what holds each of them."""
+    """List parents waiting longer than a threshold, and what holds each of them.
+
+    Examples:
+      dependency-tracker stuck --older-than 30m
+      dependency-tracker stuck --stack-name deptrack --older-than 2h --json
+    """
     try:
         threshold = render.parse_duration(older_than)
     except ValueError as exc:
@@ -45,7 +50,7 @@ def stuck(
     if not parents:
         console.print(f"no parent has waited longer than {render.duration_text(threshold)}")
         return
-    console.print(_table(parents, now, threshold))
+    render.print_table(console, _table(parents, now, threshold), keys=(0, 2))
 
 
 def _table(parents: list[StuckParent], now: datetime, older_than: timedelta) -> Table:

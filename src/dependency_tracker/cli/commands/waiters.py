@@ -12,6 +12,7 @@ from dependency_tracker.cli import render
 from dependency_tracker.cli.options import Json, aws_command
 from dependency_tracker.cli.target import Target
 from dependency_tracker.cli.waitgraph import execution_label
+from dependency_tracker.errors import PayloadNotFoundError
 from dependency_tracker.models import JoinItem, MembershipItem, WaiterItem, utcnow
 from dependency_tracker.stores.joins import JoinStore
 from dependency_tracker.tokens import redact_token
@@ -26,7 +27,13 @@ def waiters(
 ) -> None:
     """List who waits on a payload: parent execution, waiting payload, since when, notified.
 
-    Task tokens are shown only as ``sha256:`` hashes.
+    Task tokens are shown only as sha256: hashes. Exits 5 if the payload id is
+    unknown (no state item and no waiter), so a typo never reads as "nobody
+    waits".
+
+    Examples:
+      dependency-tracker waiters sentinel-2-l2a/workflow-simulate/tile-1
+      dependency-tracker waiters "$(cat id.txt)" --json
     """
     views: list[dict[str, Any]] = []
     joins: dict[str, JoinItem | None] = {}
@@ -41,14 +48,19 @@ def waiters(
                 counts[row.join_id] = (counted[0], counted[1])
             views.append(_membership_view(row, joins[row.join_id], counts[row.join_id]))
     views.sort(key=lambda view: (view["since"], view["waiter"]))
+    # No rows and no state item: most likely a typo, which must not read as "no waiters".
+    known = bool(views) or target.states.get(payload_id) is not None
     if json_output:
-        render.emit_json({"payload_id": payload_id, "waiters": views})
+        render.emit_json({"payload_id": payload_id, "found": known, "waiters": views})
+    if not known:
+        raise PayloadNotFoundError(f"{payload_id} (no state item, and nothing waits on it)")
+    if json_output:
         return
     console = render.stdout()
     if not views:
         console.print(f"nobody waits on {render.escape_line(payload_id)}")
         return
-    console.print(_table(payload_id, views, utcnow()))
+    render.print_table(console, _table(payload_id, views, utcnow()), keys=(0, 1, 2))
 
 
 def _waiter_view(row: WaiterItem) -> dict[str, Any]:

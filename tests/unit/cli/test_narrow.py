@@ -1,0 +1,118 @@
+"""Narrow terminals: tables never cut an id in the middle; they turn into blocks instead."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import TYPE_CHECKING
+
+import pytest
+from rich.console import Console
+from rich.table import Table
+from typer.testing import CliRunner
+
+from dependency_tracker.cli import render
+from dependency_tracker.cli.__main__ import app
+from dependency_tracker.models import PayloadState
+from tests.conftest import payload, payload_id
+
+if TYPE_CHECKING:
+    from tests.conftest import Aws
+
+LONG_ID = "sentinel-2-l2a/workflow-simulate/S2B_MSIL2A_20240101T101010_N0510_R022_T32TQM"
+ARN = f"arn:aws:states:us-east-1:123456789012:execution:deptrack-simulate:{'x' * 80}"
+
+
+def printed(table: Table, width: int, keys: tuple[int, ...] = (0,)) -> str:
+    out = io.StringIO()
+    render.print_table(Console(width=width, file=out, color_system=None), table, keys=keys)
+    return out.getvalue()
+
+
+def results_table() -> Table:
+    table = Table(title="results")
+    for column in ("payload", "state", "last error"):
+        table.add_column(column)
+    table.add_row(LONG_ID, "FAILED", "TaskFailed: the simulated task failed on purpose")
+    table.add_row("short/id", "SUCCEEDED", "—")
+    return table
+
+
+def test_a_table_that_fits_is_a_table_with_its_ids_whole() -> None:
+    # GIVEN a results table, on a wide terminal
+    # WHEN it is printed
+    text = printed(results_table(), 160)
+    # THEN it is a table, and the id sits whole on one line
+    assert text.lstrip().startswith("results")
+    assert "┃ payload" in text
+    assert LONG_ID in text
+
+
+def test_at_width_60_each_row_becomes_a_block_and_no_id_is_broken() -> None:
+    # GIVEN the same table, on a 60-column terminal
+    # WHEN it is printed
+    text = printed(results_table(), 60)
+    lines = text.splitlines()
+    # THEN no table lines, each id heads its block whole, and the fields follow as lines
+    assert "┃" not in text
+    assert LONG_ID in lines
+    assert "short/id" in lines
+    assert "    state: FAILED" in lines
+    assert "    last error: TaskFailed: the simulated task failed on purpose" in lines
+    assert "    state: SUCCEEDED" in lines
+
+
+def test_a_row_continuing_a_block_adds_its_fields_under_the_same_heading() -> None:
+    # GIVEN a stuck-like table: one parent, two dependencies, the parent named once
+    table = Table(title="stuck")
+    for column in ("parent", "dependency", "why"):
+        table.add_column(column)
+    table.add_row("parent/1", LONG_ID, "running")
+    table.add_row("", "other/dependency", "not started (no state item)")
+    # WHEN it is printed narrow
+    lines = printed(table, 60, keys=(0, 1)).splitlines()
+    # THEN one heading, then both dependencies with their reasons, in order
+    assert lines.count("parent/1") == 1
+    assert lines[lines.index("parent/1") + 1 :] == [
+        f"    dependency: {LONG_ID}",
+        "    why: running",
+        "    dependency: other/dependency",
+        "    why: not started (no state item)",
+    ]
+
+
+def test_a_card_too_narrow_for_an_arn_becomes_field_lines() -> None:
+    # GIVEN a status card holding an execution ARN longer than the terminal
+    card = Table(title=LONG_ID, show_header=False)
+    card.add_column("field")
+    card.add_column("value")
+    card.add_row("state", "SUCCEEDED")
+    card.add_row("executions (2)", f"{ARN}\n{ARN}-2")
+    # WHEN it is printed at width 60
+    lines = printed(card, 60, keys=()).splitlines()
+    # THEN the title and every ARN are whole lines (the terminal wraps them, Rich does not)
+    assert lines == [
+        LONG_ID,
+        "    state: SUCCEEDED",
+        f"    executions (2): {ARN}",
+        f"        {ARN}-2",
+    ]
+
+
+@pytest.mark.parametrize("json_output", [False, True])
+def test_status_at_width_60_keeps_the_payload_id_and_arns_whole(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch, json_output: bool
+) -> None:
+    # GIVEN a finished payload, and a 60-column terminal (COLUMNS, as a shell sets it)
+    aws.finished_payload(payload("a"), PayloadState.SUCCEEDED, execution_arn=ARN)
+    monkeypatch.setattr(render, "_MIN_WIDTH_OFF_TERMINAL", 0)
+    # WHEN status shows it
+    args = ["status", payload_id("a")] + (["--json"] if json_output else [])
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "60"})
+    # THEN the id and the ARN appear whole; --json is unaffected
+    assert result.exit_code == 0, result.output
+    if json_output:
+        assert json.loads(result.stdout)[0]["execution_arn"] == ARN
+    else:
+        assert payload_id("a") in result.stdout.splitlines()
+        assert f"    executions (1): {ARN}" in result.stdout.splitlines()
