@@ -8,6 +8,7 @@ import signal
 import sys
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,7 +17,7 @@ from rich.table import Table
 
 from dependency_tracker import settings
 from dependency_tracker.cli import render
-from dependency_tracker.cli.options import Json, Prefix, fail, reported_errors
+from dependency_tracker.cli.options import ENV_STACK_NAME, Json, Prefix, fail, reported_errors
 
 DEFAULT_PORT = 4566
 _TMP = Path(tempfile.gettempdir())
@@ -45,6 +46,16 @@ def serve(
             help="Refuse what AWS would refuse (sizes, names, batch limits; docs/local.md)."
         ),
     ] = True,
+    stack_name: Annotated[
+        str | None,
+        typer.Option(
+            "--stack-name",
+            envvar=ENV_STACK_NAME,
+            help="Name of the local CloudFormation stack holding the outputs, for other "
+            "commands' --stack-name (default: the prefix).",
+            show_default=False,
+        ),
+    ] = None,
     json_output: Json = False,
 ) -> None:
     """Run the embedded stack behind a local AWS-compatible endpoint until Ctrl-C.
@@ -53,7 +64,9 @@ def serve(
     state machines) and CloudFormation on the endpoint; the pumps feed the
     handlers. Any program can use it with boto3 or the AWS CLI and the printed
     endpoint. A state machine created later as {prefix}-{workflow} is managed
-    at once.
+    at once. The outputs are also a CloudFormation stack on the endpoint
+    (--stack-name, default the prefix), with the deployed template's output
+    names, so --stack-name works against serve as against AWS.
 
     Examples:
       dependency-tracker serve
@@ -91,6 +104,8 @@ def serve(
                 fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
             try:
                 outputs = dict(stack.outputs)
+                outputs["StackName"] = stack_name or prefix
+                register_stack(stack.client("cloudformation"), outputs["StackName"], outputs)
                 _write_atomically(outputs_file, outputs)
                 _show(outputs, json_output=json_output)
                 notes.print(
@@ -106,6 +121,40 @@ def serve(
         for number, handler in previous.items():
             signal.signal(number, handler)
     notes.print("stopped")
+
+
+def template_outputs(outputs: dict[str, Any]) -> dict[str, str]:
+    """The local outputs under the names ``template.yaml`` gives them.
+
+    Text outputs keep their names; each state machine ``name`` becomes
+    ``{CamelName}StateMachineArn`` (``wait-for-join``: ``WaitForJoinStateMachineArn``).
+    """
+    named = {
+        key: str(value)
+        for key, value in outputs.items()
+        if isinstance(value, str) and key not in {"EndpointUrl", "StackName"}
+    }
+    for name, arn in outputs.get("StateMachines", {}).items():
+        camel = "".join(part.capitalize() for part in name.split("-"))
+        named[f"{camel}StateMachineArn"] = str(arn)
+    return named
+
+
+def register_stack(cloudformation: Any, stack_name: str, outputs: dict[str, Any]) -> None:
+    """Create a CloudFormation stack on the local endpoint whose outputs are the stack's.
+
+    ``DescribeStacks`` then answers ``--stack-name`` locally the way it does for a
+    deployed stack. Its only resource is a ``WaitConditionHandle``, which
+    CloudFormation (and moto) create without touching anything.
+    """
+    template = {
+        "Description": "dependency-tracker serve: the embedded stack's outputs",
+        "Resources": {"Outputs": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Outputs": {key: {"Value": value} for key, value in template_outputs(outputs).items()},
+    }
+    # moto notes that it models no WaitConditionHandle, which is the point here.
+    warnings.filterwarnings("ignore", message="Tried to parse AWS::CloudFormation::WaitCondition")
+    cloudformation.create_stack(StackName=stack_name, TemplateBody=json.dumps(template))
 
 
 def _write_atomically(path: Path, outputs: dict[str, Any]) -> None:
