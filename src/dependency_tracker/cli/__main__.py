@@ -15,6 +15,7 @@ from dependency_tracker.cli.commands import (
     serve,
     status,
     stuck,
+    wait,
     waiters,
 )
 
@@ -56,6 +57,7 @@ def version() -> None:
 app.command()(demo.demo)
 app.command()(serve.serve)
 app.command()(publish.publish)
+app.command()(wait.wait)
 app.command()(status.status)
 app.command()(waiters.waiters)
 app.command()(graph.graph)
