@@ -46,15 +46,19 @@ def blocks(path: Path) -> list[Block]:
     ]
 
 
-def cli_invocations(text: str) -> list[list[str]]:
+def cli_invocations(text: str, *, prompted_only: bool = False) -> list[list[str]]:
     """The arguments of every ``dependency-tracker ...`` command in shell-like text.
 
     Prompts (``$ ``), environment prefixes (``export``, ``VAR=x``), paths such as
     ``.venv/bin/dependency-tracker`` and what follows a pipe or a redirection are
     handled; ``[...]`` option synopses and ``...`` are not commands and are skipped.
+    ``prompted_only``: only lines after a ``$ `` prompt (terminal transcripts, where
+    other lines are output).
     """
     found: list[list[str]] = []
     for raw in _logical_lines(text):
+        if prompted_only and not raw.startswith("$ "):
+            continue
         line = raw.strip().removeprefix("$ ")
         if PROGRAM not in line or "[" in line or "..." in line or line.startswith("#"):
             continue
