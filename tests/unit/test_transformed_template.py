@@ -45,9 +45,10 @@ MAPPING = "AWS::Lambda::EventSourceMapping"
 # more of a kind) means SAM now builds something the tests below have not looked at.
 GENERATED_COUNTS = {
     MAPPING: 3,  # process queue, status reports, dependency stream
-    "AWS::Events::Rule": 1,  # update-state's EventBridgeRule event
-    "AWS::Lambda::Permission": 1,  # that rule invoking update-state
-    "AWS::Lambda::EventInvokeConfig": 1,  # update-state's retries and on-failure destination
+    "AWS::Events::Rule": 2,  # update-state's EventBridgeRule event, the sweeper's Schedule
+    "AWS::Lambda::Permission": 2,  # those rules invoking their functions
+    # update-state's retries and on-failure destination; the sweeper's (none: the next run)
+    "AWS::Lambda::EventInvokeConfig": 2,
     # no AWS::IAM::Role: every function and state machine brings its own
 }
 # Settings SAM copies from a function (with Globals merged) to AWS::Lambda::Function.
@@ -290,8 +291,11 @@ def test_dependency_stream_mapping(transformed: dict[str, Any]) -> None:
 
 def test_update_state_rule_permission_and_invoke_config(transformed: dict[str, Any]) -> None:
     stack = Stack(transformed, OTHER_STACK, region="eu-west-1")
-    # GIVEN the rule SAM made of the EventBridgeRule event
-    (rule_id,) = stack.of_type("AWS::Events::Rule")
+    # GIVEN the rule SAM made of the EventBridgeRule event (the other is the sweeper's
+    # schedule, test_the_sweeper_runs_every_five_minutes_once_at_a_time)
+    (rule_id,) = [
+        r for r in stack.of_type("AWS::Events::Rule") if "EventPattern" in stack.properties(r)
+    ]
     rule = stack.resolved_properties(rule_id)
     prefix = f"arn:aws:states:eu-west-1:{ACCOUNT}:stateMachine:pipeline-"
     assert rule["EventPattern"] == update_state_event_pattern(prefix)
@@ -299,8 +303,12 @@ def test_update_state_rule_permission_and_invoke_config(transformed: dict[str, A
     assert target["Arn"] == stack.arn_of("UpdateStateFunction")
     assert target["DeadLetterConfig"] == {"Arn": stack.arn_of("UpdateStateDlq")}
     assert 0 < target["RetryPolicy"]["MaximumRetryAttempts"] <= 185
-    # THEN the only resource policy on a function lets exactly that rule invoke update-state
-    (permission_id,) = stack.of_type("AWS::Lambda::Permission")
+    # THEN update-state's only resource policy lets exactly that rule invoke it
+    (permission_id,) = [
+        p
+        for p in stack.of_type("AWS::Lambda::Permission")
+        if stack.resolved_properties(p)["FunctionName"] == stack.physical("UpdateStateFunction").ref
+    ]
     permission = stack.resolved_properties(permission_id)
     assert permission == {
         "Action": "lambda:InvokeFunction",
@@ -313,9 +321,12 @@ def test_update_state_rule_permission_and_invoke_config(transformed: dict[str, A
     (allow,) = [s for s in statements if s["Effect"] == "Allow"]  # beside the TLS-only deny
     assert allow["Condition"] == {"ArnEquals": {"aws:SourceArn": stack.arn_of(rule_id)}}
     # AND errors of the function itself go, after Lambda's retries, to the same DLQ
-    (config_id,) = stack.of_type("AWS::Lambda::EventInvokeConfig")
+    (config_id,) = [
+        c
+        for c in stack.of_type("AWS::Lambda::EventInvokeConfig")
+        if stack.resolved_properties(c)["FunctionName"] == stack.physical("UpdateStateFunction").ref
+    ]
     config = stack.resolved_properties(config_id)
-    assert config["FunctionName"] == stack.physical("UpdateStateFunction").ref
     assert config["Qualifier"] == "$LATEST"
     assert config["MaximumRetryAttempts"] == 2
     assert config["DestinationConfig"] == {
@@ -417,3 +428,34 @@ def test_transform_makes_no_aws_call(monkeypatch: pytest.MonkeyPatch) -> None:
     }
     assert arns == set()
     assert result["Resources"]
+
+
+def test_the_sweeper_runs_every_five_minutes_once_at_a_time(transformed: dict[str, Any]) -> None:
+    stack = Stack(transformed, OTHER_STACK, region="eu-west-1")
+    # GIVEN the rule SAM made of the sweeper's Schedule event
+    (rule_id,) = [
+        r for r in stack.of_type("AWS::Events::Rule") if "ScheduleExpression" in stack.properties(r)
+    ]
+    rule = stack.resolved_properties(rule_id)
+    # THEN it invokes the sweeper every five minutes, and only that rule may
+    assert rule["ScheduleExpression"] == "rate(5 minutes)"
+    (target,) = rule["Targets"]
+    assert target["Arn"] == stack.arn_of("SweeperFunction")
+    (permission,) = [
+        stack.resolved_properties(p)
+        for p in stack.of_type("AWS::Lambda::Permission")
+        if stack.resolved_properties(p)["FunctionName"] == stack.physical("SweeperFunction").ref
+    ]
+    assert (permission["Principal"], permission["SourceArn"]) == (
+        "events.amazonaws.com",
+        stack.arn_of(rule_id),
+    )
+    # AND a failed run is not retried (the next run is the retry), one run at a time
+    (config,) = [
+        stack.resolved_properties(c)
+        for c in stack.of_type("AWS::Lambda::EventInvokeConfig")
+        if stack.resolved_properties(c)["FunctionName"] == stack.physical("SweeperFunction").ref
+    ]
+    assert config["MaximumRetryAttempts"] == 0
+    function = stack.resolved_properties("SweeperFunction")
+    assert function["ReservedConcurrentExecutions"] == 1
