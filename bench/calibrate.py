@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from bench.config import CalibrationConfig
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker.local import EmbeddedStack
 
 BATCH_WRITE = 25
 # Calls whose cost the engine bound replaces by an interpreter composite.
@@ -143,7 +143,7 @@ def sizes_of(scale: dict[str, Any]) -> dict[str, int]:
 class _Calibration:
     def __init__(
         self,
-        stack: LocalStack,
+        stack: EmbeddedStack,
         config: CalibrationConfig,
         sizes: dict[str, int],
         log: Callable[[str], None],

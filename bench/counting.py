@@ -35,7 +35,7 @@ from dependency_tracker import clients
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker.local import EmbeddedStack
     from dependency_tracker.local.pumps import Handler
 
 TRACKER = "tracker"
@@ -496,7 +496,7 @@ class Instruments:
 
 
 def instrument(
-    stack: LocalStack, *, token_chars: int | None, keep_records: bool = False
+    stack: EmbeddedStack, *, token_chars: int | None, keep_records: bool = False
 ) -> Instruments:
     """Attach the hooks to a running stack's tracker clients and pumps.
 

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from bench.config import HandlerConfig
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker.local import EmbeddedStack
 
 ACCOUNT = "123456789012"
 BATCH_WRITE = 25
@@ -83,7 +83,7 @@ def _quiet() -> contextlib.AbstractContextManager[object]:
 
 
 class _Handlers:
-    def __init__(self, stack: LocalStack, calls: CallCounter) -> None:
+    def __init__(self, stack: EmbeddedStack, calls: CallCounter) -> None:
         self.stack = stack
         self.calls = calls
         ddb = stack.client("dynamodb")

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from bench.counting import Instruments
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker.local import EmbeddedStack
 
 # Plumbing calls that carry events; the others (listing, empty polls) are idle polling.
 DATA_PLUMBING = frozenset(
@@ -108,7 +108,7 @@ def run(config: PatternConfig, token_chars: int, *, log: Callable[[str], None]) 
 class _Runner:
     def __init__(
         self,
-        stack: LocalStack,
+        stack: EmbeddedStack,
         tools: Instruments,
         machines: dict[str, str],
         config: PatternConfig,

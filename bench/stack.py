@@ -14,7 +14,7 @@ from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguagePa
 from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 
 from dependency_tracker import definitions
-from dependency_tracker.local import LocalStack
+from dependency_tracker.local import EmbeddedStack
 from dependency_tracker.local.stack import ROLE_ARN
 from dependency_tracker.models import PayloadState, PayloadStateItem, ProcessPayload
 
@@ -54,7 +54,7 @@ def serialize_asl_parsing() -> None:
     AmazonStateLanguageParser.parse = staticmethod(serialized)  # type: ignore[method-assign]
 
 
-def local_stack(*, idle_pumps: bool = False) -> LocalStack:
+def local_stack(*, idle_pumps: bool = False) -> EmbeddedStack:
     """A quiet embedded stack; ``idle_pumps`` parks the pumps (for isolated timings).
 
     With idle pumps every pump runs one (empty) round at start and then sleeps
@@ -62,7 +62,7 @@ def local_stack(*, idle_pumps: bool = False) -> LocalStack:
     parsing is serialized first (:func:`serialize_asl_parsing`).
     """
     serialize_asl_parsing()
-    return LocalStack(
+    return EmbeddedStack(
         sink=io.StringIO(),
         log_level="WARNING",
         poll_interval=3600.0 if idle_pumps else 0.05,
@@ -71,7 +71,7 @@ def local_stack(*, idle_pumps: bool = False) -> LocalStack:
     )
 
 
-def warm_interpreter(stack: LocalStack) -> None:
+def warm_interpreter(stack: EmbeddedStack) -> None:
     """Create, once, the clients moto's interpreter creates for every service task.
 
     moto makes a new boto3 client (from boto3's default session) for every
@@ -86,7 +86,7 @@ def warm_interpreter(stack: LocalStack) -> None:
         boto_client_for(stack.region, service)
 
 
-def register_baseline(stack: LocalStack) -> str:
+def register_baseline(stack: EmbeddedStack) -> str:
     """Create the polling parent (``bench/stepfunctions``) on the stack; its ARN.
 
     It is named ``{prefix}-poll-for-dependencies`` like our parents, so the

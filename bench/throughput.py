@@ -28,7 +28,7 @@ from bench.stats import mean, rounded
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker.local import EmbeddedStack
 
 
 def plan(parents: int, dependencies: int, stride: int) -> list[list[int]]:
@@ -157,7 +157,7 @@ def _wait_all(sfn: Any, machine: str, *, timeout: float) -> None:
 
 
 def _collect(
-    stack: LocalStack, arns: list[str], parents: int, dependencies: int, config: ThroughputConfig
+    stack: EmbeddedStack, arns: list[str], parents: int, dependencies: int, config: ThroughputConfig
 ) -> dict[str, Any]:
     sfn = stack.client("stepfunctions")
     starts, resumes = [], []
@@ -197,7 +197,7 @@ def _collect(
 class _DepthSampler:
     """Samples the process queue's depth (for calibrating SQS at a realistic depth)."""
 
-    def __init__(self, stack: LocalStack, *, interval: float) -> None:
+    def __init__(self, stack: EmbeddedStack, *, interval: float) -> None:
         self._sqs = stack.client("sqs")
         self._url = stack.outputs["ProcessQueueUrl"]
         self._interval = interval

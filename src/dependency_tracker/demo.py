@@ -17,7 +17,7 @@ from dependency_tracker.stores import DependencyTable, StateTable
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker.local import EmbeddedStack
     from dependency_tracker.models import PayloadState
 
 PARENT_WORKFLOW = "wait-for-dependencies"
@@ -265,7 +265,7 @@ class Report:
 
 
 def run_scenario(
-    stack: LocalStack,
+    stack: EmbeddedStack,
     scenario: Scenario,
     *,
     on_progress: Callable[[Snapshot], None] | None = None,
@@ -285,7 +285,7 @@ class _Run:
 
     def __init__(
         self,
-        stack: LocalStack,
+        stack: EmbeddedStack,
         scenario: Scenario,
         on_progress: Callable[[Snapshot], None] | None,
         deadline_seconds: float,
@@ -353,7 +353,7 @@ class _Run:
             time.sleep(POLL_SECONDS)
 
 
-def _advance(sfn: Any, stack: LocalStack, status: ParentStatus, since_start: float) -> None:
+def _advance(sfn: Any, stack: EmbeddedStack, status: ParentStatus, since_start: float) -> None:
     parent = status.parent
     if status.execution_arn is None:
         if since_start < parent.start_after:

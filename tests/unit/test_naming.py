@@ -36,3 +36,14 @@ def test_execution_arn_from_state_machine_arn() -> None:
     assert naming.execution_arn(arn, "n-1") == (
         "arn:aws:states:us-east-1:123456789012:execution:deptrack-w:n-1"
     )
+
+
+def test_the_embedded_stack_keeps_its_first_name_and_leaves_localstacks_port() -> None:
+    # GIVEN the embedded stack's own name and the name the public contract gives it
+    from dependency_tracker import local  # noqa: PLC0415 (the local extra)
+    from dependency_tracker.cli.commands import serve  # noqa: PLC0415 (the cli extra)
+
+    # THEN both name one class, and serve does not listen on the LocalStack product's port
+    assert local.LocalStack is local.EmbeddedStack
+    assert serve.DEFAULT_PORT != 4566
+    assert not 4510 <= serve.DEFAULT_PORT <= 4559

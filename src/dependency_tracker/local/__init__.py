@@ -3,6 +3,6 @@
 Requires the ``local`` extra (moto).
 """
 
-from dependency_tracker.local.stack import LocalStack
+from dependency_tracker.local.stack import EmbeddedStack, LocalStack
 
-__all__ = ["LocalStack"]
+__all__ = ["EmbeddedStack", "LocalStack"]

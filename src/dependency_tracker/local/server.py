@@ -1,6 +1,6 @@
 """moto as a local AWS endpoint: the embedded stack, reachable from other processes.
 
-Requires moto's ``server`` extra (Flask). :class:`~dependency_tracker.local.LocalStack`
+Requires moto's ``server`` extra (Flask). :class:`~dependency_tracker.local.EmbeddedStack`
 uses it when given a ``port``; ``dependency-tracker serve`` is the command around that.
 """
 

@@ -1,4 +1,8 @@
-"""``LocalStack``: the whole tracker on one machine, on moto, with real state machines."""
+"""``EmbeddedStack``: the whole tracker on one machine, on moto, with real state machines.
+
+``LocalStack`` is the same class under its first name, kept because programs outside the
+project use it (the public contract); it has nothing to do with the LocalStack product.
+"""
 
 from __future__ import annotations
 
@@ -43,8 +47,8 @@ STOP_TIMEOUT_SECONDS = 120.0
 DEFAULT_SWEEPER_INTERVAL_SECONDS = 300.0
 
 
-class LocalStack:
-    """Context manager running the embedded stack and its pumps.
+class EmbeddedStack:
+    """Context manager running the embedded stack and its pumps (also named ``LocalStack``).
 
     On entry it starts moto in-process (state machines really execute), creates
     the process queue with its DLQ, both tables (stream on the dependency
@@ -72,7 +76,7 @@ class LocalStack:
     default, 15 minutes, is long for a test).
 
     Example:
-        >>> with LocalStack(prefix="deptrack") as stack:  # doctest: +SKIP
+        >>> with EmbeddedStack(prefix="deptrack") as stack:  # doctest: +SKIP
         ...     stack.client("sqs").send_message(QueueUrl=stack.outputs["ProcessQueueUrl"], ...)
     """
 
@@ -443,3 +447,7 @@ def _reset_caches() -> None:
     update_state.update_state_flow.cache_clear()
     callback.callback_flow.cache_clear()
     sweeper.sweeper_flow.cache_clear()
+
+
+# The first name, kept as an alias: programs outside the project use it (design.md).
+LocalStack = EmbeddedStack

@@ -5,9 +5,9 @@ string set that grows an item past 400 KB, a 2 KB key on ``GetItem``, an
 execution name with a slash), so code that passes on moto can fail in
 production. While :func:`strict_limits` is active, every request moto serves in
 this process, in-process (``mock_aws``) or through the server
-(``LocalStack(port=...)``, ``dependency-tracker serve``), is checked against
+(``EmbeddedStack(port=...)``, ``dependency-tracker serve``), is checked against
 the quotas in :mod:`dependency_tracker.limits` first, and refused the way AWS
-refuses it. ``LocalStack`` turns it on unless given ``strict=False``.
+refuses it. ``EmbeddedStack`` turns it on unless given ``strict=False``.
 
 The checks wrap moto's request handlers (one per API action) and, for item
 sizes after an update, moto's update-expression executor, so they see exactly
@@ -66,7 +66,7 @@ _installed = False
 def strict_limits() -> Iterator[None]:
     """Make moto, in this process, refuse what AWS refuses while the block runs.
 
-    Re-entrant: nested blocks (a ``LocalStack`` inside a test that is already
+    Re-entrant: nested blocks (a ``EmbeddedStack`` inside a test that is already
     strict) keep the layer on until the outermost one ends.
 
     Example:

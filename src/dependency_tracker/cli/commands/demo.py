@@ -46,7 +46,7 @@ def demo(
       dependency-tracker demo
       dependency-tracker demo --parents 10 --dependencies 4 --seed 3 --join-members 50
     """
-    from dependency_tracker.local import LocalStack  # noqa: PLC0415  (needs the local extra)
+    from dependency_tracker.local import EmbeddedStack  # noqa: PLC0415  (needs the local extra)
 
     console = Console(file=sys.stdout)
     if not console.is_terminal:
@@ -60,7 +60,7 @@ def demo(
         f"{len(scenario.dependencies)} dependencies (seed {seed}); handler logs in {log_path}"
     )
     started = time.monotonic()
-    with log_path.open("w") as sink, LocalStack(log_level="INFO", sink=sink) as stack:
+    with log_path.open("w") as sink, EmbeddedStack(log_level="INFO", sink=sink) as stack:
         console.print(f"embedded stack up in {time.monotonic() - started:.1f} s")
         if live and console.is_terminal:
             with Live(console=console, refresh_per_second=8, transient=True) as display:

@@ -136,7 +136,7 @@ def publish(
 
     Examples:
       dependency-tracker publish payload.json --wait
-      dependency-tracker publish a.json b.json --endpoint-url http://127.0.0.1:4566
+      dependency-tracker publish a.json b.json --endpoint-url http://127.0.0.1:4600
       cat payloads.json | dependency-tracker publish - --json
       dependency-tracker publish --manifest members/
     """

@@ -19,7 +19,8 @@ from dependency_tracker import settings
 from dependency_tracker.cli import render
 from dependency_tracker.cli.options import ENV_STACK_NAME, Json, Prefix, fail, reported_errors
 
-DEFAULT_PORT = 4566
+# 4566 is the LocalStack product's port (and 4510-4559 its services'): serve must not collide.
+DEFAULT_PORT = 4600
 _TMP = Path(tempfile.gettempdir())
 DEFAULT_OUTPUTS_FILE = _TMP / "dependency-tracker-serve.json"
 DEFAULT_LOG_FILE = _TMP / "dependency-tracker-serve.log"
@@ -73,7 +74,7 @@ def serve(
       dependency-tracker serve --port 4600 --prefix mine --outputs-file outputs.json
     """
     try:
-        from dependency_tracker.local import LocalStack  # noqa: PLC0415  (the local extra)
+        from dependency_tracker.local import EmbeddedStack  # noqa: PLC0415  (the local extra)
     except ImportError as exc:
         fail(f"serve needs the local extra (pip install 'dependency-tracker[local]'): {exc}")
 
@@ -89,7 +90,7 @@ def serve(
     notes = render.stderr()
     try:
         with reported_errors(), log_file.open("w", encoding="utf-8") as sink:
-            stack = LocalStack(
+            stack = EmbeddedStack(
                 prefix=prefix,
                 region=region,
                 port=port,
