@@ -9,7 +9,7 @@ from dependency_tracker import __version__
 from dependency_tracker.cli.__main__ import app
 from tests.unit.docs_blocks import cli_invocations
 
-COMMANDS = ["serve", "publish", "status", "waiters", "graph", "stuck", "redrive", "demo"]
+COMMANDS = ["serve", "wait", "publish", "status", "waiters", "graph", "stuck", "redrive", "demo"]
 
 
 def test_version_is_a_top_level_option_and_still_a_command() -> None:
