@@ -2052,3 +2052,24 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(
     assert "OldImage" not in recorder.record_fields
     assert all("notified_at" not in image for image in recorder.images)
     assert all(image["workflow_state"]["S"] != "PROCESSING" for image in recorder.images)
+
+
+def test_no_pointer_expires_before_the_longest_wait(template: dict[str, Any]) -> None:
+    # GIVEN the payload bucket's lifecycle and the longest wait a parent can make: its
+    # callback timeout (MaxWaitSeconds, or the parent's own), within a Standard execution's year
+    parameters = template["Parameters"]
+    day = 86_400
+    longest_wait = max(int(parameters["MaxWaitSeconds"]["MaxValue"]), 365 * day)
+    (rule,) = [
+        r
+        for r in template["Resources"]["PayloadBucket"]["Properties"]["LifecycleConfiguration"][
+            "Rules"
+        ]
+        if "ExpirationInDays" in r
+    ]
+    # THEN the one expiry rule covers every object (pointers live under several prefixes),
+    # and no allowed value of it ends a pointer's life before that wait plus a day
+    assert "Prefix" not in rule
+    assert "Filter" not in rule
+    assert rule["ExpirationInDays"] == {"Ref": "PayloadRetentionDays"}
+    assert int(parameters["PayloadRetentionDays"]["MinValue"]) * day >= longest_wait + day
