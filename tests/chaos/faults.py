@@ -29,6 +29,18 @@ Kinds:
   died right after that write. :class:`Crash` is a ``BaseException`` so the
   batch utilities cannot turn it into a per-record failure; the harness
   turns it into a failed invocation and the event source redelivers.
+* ``express_twin``: right after the tracker's ``StartExecution`` of an Express
+  machine succeeded, the same start (name and input) is made again by an
+  un-hooked client: AWS's Express is at-least-once, and with the strict layer
+  the second start is a second, concurrent run of the same attempt. The
+  tracker's own Express starts are counted by name (``express_starts``).
+* ``callback_storm``: a ``SendTask*`` is throttled, and so is every later send
+  of the same token (``storm``) until the harness ends the storm, once the
+  stream has given up on the record (discarded it after its retries).
+
+Faults of the harness itself (``express_report_lost``, ``late_event``,
+``stale_redelivery``, ``duplicate_delivery``) are counted here too, by the
+harness (:mod:`tests.chaos.run`).
 """
 
 from __future__ import annotations
@@ -81,6 +93,11 @@ ALL_KINDS = (
     "invalid_token",
     "crash",
     "duplicate_delivery",  # counted by the harness, which delivers the event twice
+    "express_twin",
+    "express_report_lost",  # the harness loses an Express run's status report
+    "late_event",  # the harness holds a status-change event back until a lease recovered it
+    "stale_redelivery",  # the harness delivers an older status-change event again, late
+    "callback_storm",
 )
 
 _handler: contextvars.ContextVar[str] = contextvars.ContextVar("chaos_handler", default="-")
@@ -139,6 +156,14 @@ class FaultInjector:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _pending_crash: dict[int, Injection] = field(default_factory=dict)
     on_parent_gone: Callable[[str, str], None] | None = None
+    # Express machines (ARNs) and the un-hooked Step Functions client of ``express_twin``.
+    express_machines: frozenset[str] = frozenset()
+    sfn_twin: Any = None
+    express_starts: Counter[str] = field(default_factory=Counter)  # tracker's, by run name
+    twins: Counter[str] = field(default_factory=Counter)  # second starts made, by run name
+    storm: set[str] = field(default_factory=set)  # tokens whose every send is throttled
+    storm_calls: int = 0  # sends throttled by a storm
+    _pending_start: dict[int, tuple[dict[str, Any], bool]] = field(default_factory=dict)
 
     def attach(self, client: Any) -> None:
         """Register on ``client``'s events (before the other hooks, so faults win)."""
@@ -157,7 +182,18 @@ class FaultInjector:
             kinds.append("conditional_race")
         if service == "sfn" and operation in SEND_OPERATIONS:
             kinds.extend(PARENT_GONE_KINDS)
+            if _handler.get() == "callback":  # the stream's sends: it discards, then sweeps
+                kinds.append("callback_storm")
+        if self._express_start(service, operation, params) and self.sfn_twin is not None:
+            kinds.append("express_twin")
         return kinds
+
+    def _express_start(self, service: str, operation: str, params: dict[str, Any]) -> bool:
+        return (
+            service == "sfn"
+            and operation == "StartExecution"
+            and params.get("stateMachineArn") in self.express_machines
+        )
 
     def _draw(self, site: str, kinds: list[str]) -> tuple[int, str | None]:
         """Count one call at ``site`` and pick at most one fault kind for it."""
@@ -192,11 +228,23 @@ class FaultInjector:
         self._drop_pending()
         service = model.service_model.service_id.hyphenize()
         operation = model.name
+        if service == "sfn" and operation in SEND_OPERATIONS:
+            self._storming(str(params.get("taskToken", "")), operation)
         site = f"{_handler.get()}:{service}.{operation}"
         count, kind = self._draw(site, self._eligible(service, operation, params))
+        if self._express_start(service, operation, params) and kind not in {"throttle", "server"}:
+            # Counted once AWS answered it (after-call); a twin follows it if drawn.
+            self._pending_start[threading.get_ident()] = (dict(params), kind == "express_twin")
         if kind is None:
             return
         injection = self._record(site, count, kind)
+        if kind == "express_twin":
+            return
+        if kind == "callback_storm":
+            with self._lock:
+                self.storm.add(str(params.get("taskToken", "")))
+                self.storm_calls += 1
+            raise client_error(*THROTTLE_CODES["sfn"], operation)
         if kind == "crash":
             self._pending_crash[threading.get_ident()] = injection
         elif kind == "conditional_race":
@@ -213,7 +261,25 @@ class FaultInjector:
             code, status = codes[service]
             raise client_error(code, status, operation)
 
+    def _storming(self, token: str, operation: str) -> None:
+        """Throttle every send of a token in a storm."""
+        with self._lock:
+            stormy = self.enabled and token in self.storm
+            self.storm_calls += stormy
+        if stormy:
+            raise client_error(*THROTTLE_CODES["sfn"], operation)
+
     def _after_call(self, http_response: Any, **_: Any) -> None:
+        started = self._pending_start.pop(threading.get_ident(), None)
+        if started is not None and http_response.status_code < 300:
+            params, twin = started
+            with self._lock:
+                self.express_starts[str(params["name"])] += 1
+            if twin:
+                # AWS runs the same attempt twice: a second start, right after the first.
+                self.sfn_twin.start_execution(**params)
+                with self._lock:
+                    self.twins[str(params["name"])] += 1
         injection = self._pending_crash.pop(threading.get_ident(), None)
         if injection is None:
             return
@@ -228,6 +294,7 @@ class FaultInjector:
         stale = self._pending_crash.pop(threading.get_ident(), None)
         if stale is not None:
             self._unrecord(stale)
+        self._pending_start.pop(threading.get_ident(), None)
 
     def _unrecord(self, injection: Injection) -> None:
         with self._lock:

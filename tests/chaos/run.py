@@ -22,6 +22,8 @@ faults off, and every invariant is checked again without exemptions.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import itertools
 import json
 import random
@@ -30,12 +32,19 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dependency_tracker import clients, settings
+from dependency_tracker import clients, definitions, naming, settings
+from dependency_tracker.handlers import callback as callback_handler
+from dependency_tracker.handlers import process as process_handler
+from dependency_tracker.handlers import sweeper as sweeper_handler
+from dependency_tracker.handlers import update_state as update_state_handler
 from dependency_tracker.keys import partition_key
+from dependency_tracker.local.context import LocalContext
+from dependency_tracker.local.pumps import SqsPump, scheduled_event
 from dependency_tracker.models import (
     DependencyError,
     JoinItem,
     PayloadState,
+    ProcessPayload,
     WaiterItem,
     edge_id_for,
     edge_partition_for,
@@ -48,7 +57,16 @@ from dependency_tracker.models import (
 from dependency_tracker.stores.joins import JoinStore
 from dependency_tracker.tokens import token_hash
 from tests.chaos.faults import Crash, FakeParents, FaultInjector, Sent, running
-from tests.conftest import PASS_WORKFLOW, PREFIX, Aws, payload, payload_id
+from tests.conftest import (
+    ACCOUNT,
+    PASS_WORKFLOW,
+    PREFIX,
+    REGION,
+    ROLE_ARN,
+    Aws,
+    payload,
+    payload_id,
+)
 from tests.harness import Pumps, managed_running, queue_empty
 
 if TYPE_CHECKING:
@@ -63,13 +81,44 @@ DEFAULT_RATES = {
     "crash": 0.04,
     "task_timed_out": 0.02,
     "invalid_token": 0.01,
+    # Issue 15's cases. Per Express StartExecution of the tracker:
+    "express_twin": 0.5,
+    # per SendTask* call (a storm lasts until the stream discards the record):
+    "callback_storm": 0.01,
+    # drawn by the harness: per Express status report,
+    "express_report_lost": 0.3,
+    # per SUCCEEDED Standard status-change event (held until a lease recovered the run),
+    "late_event": 0.1,
+    # per status-change event delivered (delivered again once the run is quiet).
+    "stale_redelivery": 0.1,
 }
 MAX_RECEIVE_COUNT = 20
+# The stream's retries before it discards a record (the template's MaximumRetryAttempts).
+STREAM_MAX_RETRIES = 10
+# Small, so that a lease runs out within the run (Express: min(this, 600 s)).
+CHAOS_CLAIM_LEASE_SECONDS = 2
+# The sweeper sends terminal un-notified rows older than this.
+CHAOS_SWEEPER_MIN_AGE_SECONDS = 1
 # "chain": a two-step payload (pass, then chain2): update-state publishes step 2 to the queue.
-WORKFLOW_WEIGHTS = {"pass": 0.55, "chain": 0.15, "fail": 0.2, "invalid": 0.1}
-WINS = frozenset({"pass", "chain"})
+# "express"/"express_fail": the stack's Express workflow (simulate-express), which reports its
+# own end on the status-report queue.
+WORKFLOW_WEIGHTS = {
+    "pass": 0.38,
+    "chain": 0.12,
+    "fail": 0.15,
+    "invalid": 0.08,
+    "express": 0.21,
+    "express_fail": 0.06,
+}
+WINS = frozenset({"pass", "chain", "express"})
 CHAIN_STEP = "chain2"
-FAILURE_ERRORS = {"fail": "DependencyFailed", "invalid": "DependencyInvalid"}
+EXPRESS = "simulate-express"
+WORKFLOW_OF = {"chain": "pass", "express": EXPRESS, "express_fail": EXPRESS}
+FAILURE_ERRORS = {
+    "fail": "DependencyFailed",
+    "invalid": "DependencyInvalid",
+    "express_fail": "DependencyFailed",
+}
 # Dependency cycles: this share more parents (at least one ring of each shape) wait on each
 # other in rings. Shapes, by the parents in them: "pair" (a waits on b, b on a), "join" (a
 # quorum-1 join whose waiter is j, over one payload w whose wait is on j), "triangle" (a on
@@ -118,6 +167,30 @@ class Ring:
 
 
 @dataclass
+class Held:
+    """A status-change event held back (``late_event``) until a lease has recovered its run."""
+
+    event: dict[str, Any]
+    payload_id: str
+    attempt: int
+    released: bool = False
+    recovered_first: bool = False
+    action: str | None = None
+    tries: int = 0
+
+
+@dataclass
+class Redelivery:
+    """An event delivered again late (``stale_redelivery``), and what it changed."""
+
+    event: dict[str, Any]
+    payload_id: str
+    action: str | None = None
+    changed: str | None = None
+    tries: int = 0
+
+
+@dataclass
 class Report:
     """What one chaos run found."""
 
@@ -153,14 +226,45 @@ class Report:
         return "\n".join(lines)
 
 
+EXPRESS_RUNS = "express: one run per attempt, one outcome per payload"
+LOST_REPORTS = "lost Express reports: recovered by the lease, parents answered once"
+LATE_EVENTS = "late events: the lease recorded the run, no second attempt, event repeated"
+REDELIVERIES = "older events delivered again: stale or repeated, nothing changed"
+STORMS = "callback storms: nothing dropped, each parent answered once"
+
+
+def _queue_arn(sqs: Any, queue_url: str) -> str:
+    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
+    return str(attributes["Attributes"]["QueueArn"])
+
+
+def _reported_payload(body: str) -> str:
+    """The payload id an Express run's status report is about (its input)."""
+    report = json.loads(body)["status_report"]
+    return ProcessPayload.model_validate_json(report["input"]).id
+
+
+def _final(state: PayloadStateItem | None) -> tuple[Any, ...] | None:
+    """What a status change may change on a state item."""
+    if state is None:
+        return None
+    return (state.state, state.attempt, state.execution_arn, state.result_json, state.last_error)
+
+
 def random_token(rng: random.Random, prefix: str) -> str:
     return prefix + "".join(rng.choices(TOKEN_ALPHABET, k=300))
 
 
-def make_parents(rng: random.Random, parents: int, dependencies: int) -> dict[str, str]:
+def make_parents(
+    rng: random.Random,
+    parents: int,
+    dependencies: int,
+    workflow_weights: dict[str, float] | None = None,
+) -> dict[str, str]:
     """Dependency item id -> workflow."""
-    workflows = list(WORKFLOW_WEIGHTS)
-    weights = list(WORKFLOW_WEIGHTS.values())
+    chosen = WORKFLOW_WEIGHTS if workflow_weights is None else workflow_weights
+    workflows = list(chosen)
+    weights = list(chosen.values())
     return {f"dep-{i:03d}": rng.choices(workflows, weights)[0] for i in range(dependencies)}
 
 
@@ -177,12 +281,14 @@ class ChaosRun:
         rates: dict[str, float] | None = None,
         join_share: float = 0.25,
         duplicates: float = 0.15,
+        workflow_weights: dict[str, float] | None = None,
+        plan: dict[tuple[str, int], str] | None = None,
     ) -> None:
         self.duplicates = duplicates
         self.aws = aws
         self.seed = seed
         self.rng = random.Random(seed)
-        self.deps = make_parents(self.rng, parents, dependencies)
+        self.deps = make_parents(self.rng, parents, dependencies, workflow_weights)
         self.parents = [self._parent(index, join_share) for index in range(parents)]
         # On top of the others (which stay those of the seed): about CYCLE_SHARE more.
         self.rings = self._rings(max(sum(RING_SIZES.values()), round(parents * CYCLE_SHARE)))
@@ -192,6 +298,8 @@ class ChaosRun:
             rates=dict(DEFAULT_RATES if rates is None else rates),
             twin=aws.dynamodb,
             on_parent_gone=self.fake.parent_gone,
+            plan=dict(plan or {}),
+            sfn_twin=aws.sfn,
         )
         self.sent: dict[str, str] = {}  # message id -> parent token
         self.processed: set[str] = set()
@@ -203,6 +311,27 @@ class ChaosRun:
         self.crashes: Counter[str] = Counter()
         self.dlq_url = ""
         self.pumps = Pumps.create(aws)
+        # Issue 15's faults: what the harness did, for the invariants.
+        self.reports: SqsPump | None = None  # the status-report queue -> update-state
+        self.report_url = ""
+        self.lost_reports: dict[str, str] = {}  # message id -> payload id
+        self._report_draws: dict[str, bool] = {}
+        self.held: dict[str, Held] = {}  # execution ARN -> held event
+        self._held_draws: set[str] = set()
+        self.redeliveries: dict[str, Redelivery] = {}  # execution ARN -> its late repeat
+        self.late: list[tuple[float, int]] = []  # (due, parent index): later parents to send
+        self.late_parents: list[int] = []
+        self.lease_outcomes: Counter[str] = Counter()  # after_lease: recovered, took_over
+        self.lease_by_payload: dict[str, list[str]] = {}
+        self.storms: dict[str, bool] = {}  # storm token -> its record was discarded
+        self.sweeps = 0
+        self.sweeper_enabled = True
+        self.late_parents_enabled = True
+        self.backoff_waits = 0
+        self.sweep_failures = 0
+        self._last_sweep = 0.0
+        self._swept_last = False
+        self._update_state: Callable[[dict[str, Any], Any], Any] = self.pumps.executions.handler
 
     # ------------------------------------------------------------- building
 
@@ -263,13 +392,26 @@ class ChaosRun:
         return {self.sent[m] for m in self.dead if m in self.sent}
 
     def _payload(self, item: str, **extra: Any) -> dict[str, Any]:
-        if self.deps[item] == "chain":
+        kind = self.deps[item]
+        if kind == "chain":
             steps = [{"workflow": "pass"}, {"workflow": CHAIN_STEP}]
             return payload(item, "pass", **extra, process=steps)
-        return payload(item, self.deps[item], **extra)
+        if kind in {"express", "express_fail"}:
+            outcome = "succeed" if kind == "express" else "fail"
+            step = {"workflow": EXPRESS, "tasks": {"simulate": {"outcome": outcome}}}
+            return payload(item, EXPRESS, **extra, process=[step])
+        return payload(item, kind, **extra)
 
     def _pid(self, item: str) -> str:
-        return payload_id(item, "pass" if self.deps[item] == "chain" else self.deps[item])
+        kind = self.deps[item]
+        return payload_id(item, WORKFLOW_OF.get(kind, kind))
+
+    def _item_of(self, pid: str) -> str | None:
+        """The dependency item whose payload (or chained step) is ``pid``."""
+        for item, kind in self.deps.items():
+            if pid == self._pid(item) or (kind == "chain" and pid == payload_id(item, CHAIN_STEP)):
+                return item
+        return None
 
     def _body(self, index: int, parent: Parent) -> dict[str, Any]:
         execution = f"arn:aws:states:us-east-1:123456789012:execution:parent:p{index}"
@@ -329,11 +471,268 @@ class ChaosRun:
             self.injector.attach(clients.client(service))
         self.fake.attach(clients.client("stepfunctions"))
         self.pumps.stream.batch_size = 10
-        self.pumps.stream.max_retries = 50
+        self.pumps.stream.max_retries = STREAM_MAX_RETRIES
         self.pumps.executions.retry_attempts = 50
         self.pumps.sqs.handler = self._wrap("process", self.pumps.sqs.handler, sqs_source=True)
-        self.pumps.executions.handler = self._wrap("update-state", self.pumps.executions.handler)
+        self._update_state = self._wrap("update-state", self.pumps.executions.handler)
+        self.pumps.executions.handler = self._hold_events(self._update_state)
         self.pumps.stream.handler = self._wrap("callback", self.pumps.stream.handler)
+        self._setup_express(sqs)
+        self._instrument()
+
+    def _setup_express(self, sqs: Any) -> None:
+        """The stack's Express workflow and the status-report queue it reports on."""
+        bucket = settings.get_settings().payload_bucket
+        if bucket is None:
+            msg = f"set {settings.ENV_PAYLOAD_BUCKET} first (Express outputs travel by pointer)"
+            raise RuntimeError(msg)
+        dlq_url = sqs.create_queue(QueueName="deptrack-status-reports-dlq")["QueueUrl"]
+        dlq_arn = _queue_arn(sqs, dlq_url)
+        redrive = {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(MAX_RECEIVE_COUNT)}
+        self.report_url = sqs.create_queue(
+            QueueName="deptrack-status-reports",
+            Attributes={"VisibilityTimeout": "0", "RedrivePolicy": json.dumps(redrive)},
+        )["QueueUrl"]
+        definition = definitions.render(
+            definitions.discover()[EXPRESS],
+            {"StatusReportQueueUrl": self.report_url, "PayloadBucketName": bucket},
+        )
+        machine = self.aws.sfn.create_state_machine(
+            name=f"{PREFIX}-{EXPRESS}", roleArn=ROLE_ARN, definition=definition, type="EXPRESS"
+        )["stateMachineArn"]
+        self.injector.express_machines = frozenset({machine})
+        self.reports = SqsPump(
+            sqs=sqs,
+            queue_url=self.report_url,
+            queue_arn=_queue_arn(sqs, self.report_url),
+            handler=self._lose_reports(self._wrap("reports", update_state_handler.lambda_handler)),
+            region=REGION,
+            function_name="update-state",
+        )
+
+    def _instrument(self) -> None:
+        """Watch the lease's outcomes; let the callback backoff retry without sleeping.
+
+        Both are attributes of the handlers' cached flows (nothing in the product changes):
+        ``after_lease`` is wrapped to count what a lease check did per payload, and the
+        callback flows' :class:`Backoff` gets a ``sleep`` that counts instead of waiting (a
+        storm's 6 tries x 11 deliveries would otherwise sleep for minutes).
+        """
+        runs = process_handler.process_flow().runs
+        original = runs.after_lease
+
+        def after_lease(payload: Any, message_id: str | None, seen: Any) -> Any:
+            outcome = original(payload, message_id, seen)
+            if outcome is not None:
+                self.lease_outcomes[outcome.value] += 1
+                self.lease_by_payload.setdefault(payload.id, []).append(outcome.value)
+            return outcome
+
+        runs.after_lease = after_lease  # type: ignore[method-assign]
+        sweeper_handler.sweeper_flow.cache_clear()
+        for flow in (callback_handler.callback_flow(), sweeper_handler.sweeper_flow().callback):
+            flow.backoff = dataclasses.replace(flow.backoff, sleep=self._count_wait)
+
+    def _count_wait(self, _seconds: float) -> None:
+        self.backoff_waits += 1
+
+    # ------------------------------------------------- issue 15's harness faults
+
+    def _draw(self, kind: str, key: str) -> bool:
+        """One harness fault of ``kind`` for ``key`` (seeded; only while faults are on)."""
+        rate = self.injector.rates.get(kind, 0.0)
+        if not self.injector.enabled or rate <= 0:
+            return False
+        hit = random.Random(f"{self.seed}|{kind}|{key}").random() < rate
+        if hit:
+            self.injector.injected[kind] += 1
+        return hit
+
+    def _lose_reports(self, deliver: Callable[[dict[str, Any], Any], Any]) -> Callable[..., Any]:
+        """``express_report_lost``: an Express run's report never reaches update-state."""
+
+        def lose(event: dict[str, Any], context: Any) -> Any:
+            kept = []
+            for record in event["Records"]:
+                message_id = record["messageId"]
+                if message_id not in self._report_draws:
+                    key = str(len(self._report_draws))
+                    self._report_draws[message_id] = self._draw("express_report_lost", key)
+                    if self._report_draws[message_id]:
+                        pid = _reported_payload(record["body"])
+                        self.lost_reports[message_id] = pid
+                        self._later_parent(pid)
+                if not self._report_draws[message_id]:
+                    kept.append(record)
+            if not kept:
+                return {"batchItemFailures": []}
+            return deliver({**event, "Records": kept}, context)
+
+        return lose
+
+    def _hold_events(self, deliver: Callable[[dict[str, Any], Any], Any]) -> Callable[..., Any]:
+        """``late_event`` and ``stale_redelivery`` around the EventBridge deliveries."""
+
+        def hold(event: dict[str, Any], context: Any) -> Any:
+            detail = event.get("detail", {})
+            arn = str(detail.get("executionArn", ""))
+            if arn not in self._held_draws and detail.get("status") == "SUCCEEDED":
+                self._held_draws.add(arn)
+                if self._hold(arn, event):
+                    return {"action": "held"}
+            response = deliver(event, context)
+            if arn not in self.redeliveries and self._draw("stale_redelivery", arn):
+                pid = ProcessPayload.model_validate_json(detail["input"]).id
+                self.redeliveries[arn] = Redelivery(copy.deepcopy(event), pid)
+            return response
+
+        return hold
+
+    def _hold(self, arn: str, event: dict[str, Any]) -> bool:
+        """Hold back a SUCCEEDED run's event while its attempt is live; a later parent comes."""
+        pid = ProcessPayload.model_validate_json(event["detail"]["input"]).id
+        state = self.aws.states.get(pid)
+        if state is None or state.state.is_terminal or self._item_of(pid) is None:
+            return False
+        if any(held.payload_id == pid for held in self.held.values()):
+            return False  # one held event per payload
+        attempt = naming.attempt_of(str(event["detail"]["name"]), pid)
+        if attempt is None or attempt != state.attempt or not self._draw("late_event", arn):
+            return False
+        self.held[arn] = Held(copy.deepcopy(event), pid, attempt)
+        self._later_parent(pid)
+        return True
+
+    def _later_parent(self, pid: str) -> None:
+        """A parent that arrives after the lease ran out, waiting on ``pid``: the message
+        whose lease check must recover the run (without one, nothing ever looks again)."""
+        item = self._item_of(pid)
+        if item is None or not self.late_parents_enabled:
+            return
+        index = len(self.parents)
+        rng = random.Random(f"{self.seed}|late|{index}")
+        token = random_token(rng, f"AQB-chaos-{self.seed}-late{index:04d}-")
+        if pid == self._pid(item):
+            parent = Parent(token, [item], None, FAILURE_ERRORS.get(self.deps[item]))
+        else:
+            parent = Parent(token, [item], None, None, wait_for=pid)
+        self.parents.append(parent)
+        self.fake.tokens.add(token)
+        lease = settings.get_settings().claim_lease_seconds
+        self.late.append((time.monotonic() + lease + 1.0, index))
+        self.late_parents.append(index)
+
+    def _send_due(self) -> int:
+        now = time.monotonic()
+        due = [index for when, index in self.late if when <= now]
+        self.late = [(when, index) for when, index in self.late if when > now]
+        for index in due:
+            body = json.dumps(self._body(index, self.parents[index]))
+            sent = self.aws.sqs.send_message(QueueUrl=self.aws.queue_url, MessageBody=body)
+            self.sent[sent["MessageId"]] = self.parents[index].token
+        return len(due)
+
+    def _watch_held(self) -> None:
+        """Release a held event once a lease check recorded its run (or moved past it)."""
+        for arn, held in self.held.items():
+            if held.released:
+                continue
+            state = self.aws.states.get(held.payload_id)
+            if state is None:
+                continue
+            if state.attempt > held.attempt:
+                held.action = f"a second attempt ({state.attempt}) started first"
+                held.released = True
+            elif state.state.is_terminal and state.execution_arn == arn:
+                held.recovered_first = True
+                self._release(held)
+
+    def _release(self, held: Held) -> None:
+        """Deliver the held event now, as EventBridge's retry finally does."""
+        try:
+            response = self._update_state(held.event, LocalContext("update-state"))
+        except Exception:  # noqa: BLE001  (EventBridge retries it; so does the next round)
+            held.tries += 1
+            if held.tries >= MAX_RECEIVE_COUNT:
+                held.released, held.action = True, "failed every delivery"
+            return
+        held.released, held.action = True, str(response.get("action"))
+
+    def _redeliver(self, late: Redelivery) -> None:
+        """Deliver an event again after everything newer: it must change nothing."""
+        before = _final(self.aws.states.get(late.payload_id))
+        try:
+            response = self._update_state(late.event, LocalContext("update-state"))
+        except Exception:  # noqa: BLE001  (retried at the next quiet point)
+            late.tries += 1
+            if late.tries >= MAX_RECEIVE_COUNT:
+                late.action = "failed every delivery"
+            return
+        late.action = str(response.get("action"))
+        after = _final(self.aws.states.get(late.payload_id))
+        if after != before:
+            late.changed = f"{before} -> {after}"
+
+    def _watch_storms(self) -> None:
+        """A storm ends when the stream discards its record; the sweeper then answers it."""
+        for token in self.injector.storm:
+            self.storms.setdefault(token, False)
+        discarded = {
+            record["dynamodb"].get("NewImage", {}).get("task_token", {}).get("S")
+            for record in self.pumps.stream.dead_letters
+        }
+        for token in list(self.injector.storm):
+            if token in discarded:
+                self.injector.storm.discard(token)
+                self.storms[token] = True
+        due = time.monotonic() - self._last_sweep > CHAOS_SWEEPER_MIN_AGE_SECONDS / 2
+        if due and self.sweeper_enabled and self._unanswered_storms():
+            self._sweep()
+
+    def _unanswered_storms(self) -> list[str]:
+        return [
+            token
+            for token, discarded in self.storms.items()
+            if discarded and token not in self.fake.sent and token not in self.fake.gone
+        ]
+
+    def _sweep(self) -> None:
+        """One run of the sweeper function, as its schedule would start it."""
+        self._last_sweep = time.monotonic()
+        self.sweeps += 1
+        self.invocations["sweeper"] += 1
+        event = scheduled_event(
+            rule_arn=f"arn:aws:events:{REGION}:{ACCOUNT}:rule/sweeper",
+            region=REGION,
+            account=ACCOUNT,
+        )
+        with running("sweeper"):
+            try:
+                sweeper_handler.lambda_handler(event, LocalContext("sweeper", timeout_seconds=120))
+            except Crash:
+                self.crashes["sweeper"] += 1
+            except Exception:  # noqa: BLE001  (a failed sweep is simply the next sweep)
+                self.sweep_failures += 1
+
+    def _finish(self) -> bool:
+        """At a quiet point: the late deliveries and the last sweep. True if anything ran."""
+        did = False
+        for held in self.held.values():
+            if not held.released:
+                self._release(held)  # never recovered: EventBridge's retry delivers it anyway
+                did = True
+        for late in self.redeliveries.values():
+            if late.action is None:
+                self._redeliver(late)
+                did = True
+        if self.injector.storm:
+            self.injector.storm.clear()  # storms pass; their records were not discarded
+            did = True
+        if self.storms and self.sweeper_enabled and not self._swept_last:
+            self._swept_last = True
+            self._sweep()
+            did = True
+        return did
 
     def _wrap(
         self, name: str, handler: Callable[[dict[str, Any], Any], Any], *, sqs_source: bool = False
@@ -417,6 +816,7 @@ class ChaosRun:
         before the EventBridge pump looks makes each round, and so the handlers'
         call sequence and the faults drawn for it, the same on every run.
         """
+        self._send_due()
         moved = int(self.pumps.sqs.pump_once())
         deadline = time.monotonic() + timeout
         while managed_running(self.aws):
@@ -425,7 +825,12 @@ class ChaosRun:
                 raise TimeoutError(msg)
             time.sleep(0.005)
         moved += self.pumps.executions.pump_once()
-        return moved + int(self.pumps.stream.pump_once())
+        if self.reports is not None:
+            moved += self.reports.pump_once()
+        self._watch_held()
+        moved += int(self.pumps.stream.pump_once())
+        self._watch_storms()
+        return moved
 
     def settle(self, timeout: float) -> None:
         """Pump until every source is drained and nothing runs; fail at the deadline."""
@@ -439,13 +844,27 @@ class ChaosRun:
                 or self.pumps.executions._failures
                 or managed_running(self.aws)
                 or not queue_empty(self.aws)
+                or not self._reports_empty()
+                or self.late
+                or (self.sweeper_enabled and self._unanswered_storms())
             )
             quiet = 0 if busy else quiet + 1
+            if quiet >= 2 and self._finish():
+                quiet = 0
             if time.monotonic() > deadline:
                 msg = f"chaos run did not settle within {timeout:.0f}s (seed {self.seed})"
                 raise TimeoutError(msg)
             if not moved:
                 time.sleep(0.02)
+
+    def _reports_empty(self) -> bool:
+        if not self.report_url:
+            return True
+        attributes = self.aws.sqs.get_queue_attributes(
+            QueueUrl=self.report_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return all(int(value) == 0 for value in attributes.values())
 
     # ------------------------------------------------------------- checking
 
@@ -469,6 +888,11 @@ class ChaosRun:
         invariants["dependency cycles: one of each refused, nothing else sent" + suffix] = (
             self._cycles(report)
         )
+        invariants[EXPRESS_RUNS + suffix] = self._express_runs(report)
+        invariants[LOST_REPORTS + suffix] = self._lost_reports()
+        invariants[LATE_EVENTS + suffix] = self._late_events()
+        invariants[REDELIVERIES + suffix] = self._redeliveries(report)
+        invariants[STORMS + suffix] = self._storms(report)
         # The stream's and EventBridge's on-failure destinations are DLQs too: counted; a
         # parent left waiting because of one still fails the resume check above.
         report.counts["stream_dead_letters"] = len(self.pumps.stream.dead_letters)
@@ -476,9 +900,21 @@ class ChaosRun:
         report.counts.update(
             parents_join=sum(p.quorum is not None and p.ring is None for p in self.parents),
             parents_wait_for=sum(p.wait_for is not None for p in self.parents),
+            parents_late=len(self.late_parents),
             parents_gone=len(self.fake.gone),
             resumed=len(self.fake.sent),
             refused_sends=sum(self.fake.refused.values()),
+            lease_recovered=self.lease_outcomes["recovered"],
+            lease_took_over=self.lease_outcomes["took_over"],
+            express_starts_by_tracker=sum(self.injector.express_starts.values()),
+            express_twin_runs=sum(self.injector.twins.values()),
+            express_reports_lost=len(self.lost_reports),
+            late_events_held=len(self.held),
+            storm_throttled_sends=self.injector.storm_calls,
+            storm_records_discarded=sum(self.storms.values()),
+            sweeps=self.sweeps,
+            sweep_failures=self.sweep_failures,
+            backoff_waits_skipped=self.backoff_waits,
             **{f"crashed_{k}": v for k, v in sorted(self.crashes.items())},
             **{f"invocations_{k}": v for k, v in sorted(self.invocations.items())},
         )
@@ -489,6 +925,139 @@ class ChaosRun:
         assert "callback handled" in log_text, "no handler log captured"
         leaked = [p.token[:24] + "..." for p in self.parents if p.token in log_text]
         report.invariants["no whole task token in a log line"] = leaked
+
+    # ---------------------------------------------------- issue 15's invariants
+
+    def _express_runs(self, report: Report) -> list[str]:
+        """One run per attempt: the tracker started each Express attempt once, and every
+        success a parent heard, and every succeeded row, names the payload's recorded run."""
+        problems = [
+            f"{name}: the tracker started it {n} times"
+            for name, n in sorted(self.injector.express_starts.items())
+            if n > 1
+        ]
+        states = self._states()
+        for parent in self.parents:
+            sends = self.fake.sent.get(parent.token, [])
+            if parent.ring is not None or parent.quorum is not None or not sends:
+                continue
+            if sends[0].error is not None:
+                continue
+            output = json.loads(sends[0].output or "{}")
+            state = states.get(str(output.get("payload_id")))
+            if state is not None and output.get("execution_arn") != state.execution_arn:
+                problems.append(
+                    f"{state.payload_id}: a parent heard {output.get('execution_arn')}, "
+                    f"the payload ended by {state.execution_arn}"
+                )
+        checked = 0
+        for row in self._rows():
+            state = states.get(row.payload_id)
+            if row.workflow_state is not PayloadState.SUCCEEDED or state is None:
+                continue
+            checked += 1
+            if row.execution_arn != state.execution_arn:
+                problems.append(
+                    f"{row.payload_id} {row.waiter_id}: resolved by {row.execution_arn}, "
+                    f"the payload ended by {state.execution_arn}"
+                )
+        report.counts["succeeded_rows_checked"] = checked
+        return problems
+
+    def _rows(self) -> list[Any]:
+        """Every waiter and membership row of the dependency table."""
+        rows: list[Any] = []
+        scan: dict[str, Any] = {"TableName": self.aws.dependencies.table_name}
+        while True:
+            page = self.aws.dynamodb.scan(**scan)
+            for item in page.get("Items", []):
+                if is_bookkeeping_item(item):
+                    continue
+                row = row_from_item(item)
+                if not row.payload_id.startswith("join#"):
+                    rows.append(row)
+            if not page.get("LastEvaluatedKey"):
+                return rows
+            scan["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def _waiting_on(self, pid: str) -> list[Parent]:
+        """The single-wait parents of ``pid`` (not dead-lettered, not made gone)."""
+        dead = self.dead_tokens
+        return [
+            parent
+            for parent in self.parents
+            if parent.ring is None
+            and parent.quorum is None
+            and (parent.wait_for or self._pid(parent.members[0])) == pid
+            and parent.token not in dead
+            and parent.token not in self.fake.gone
+        ]
+
+    def _lost_reports(self) -> list[str]:
+        """A lost Express report: the payload still ended, and its parents heard it once."""
+        problems: list[str] = []
+        states = self._states()
+        for pid in sorted(set(self.lost_reports.values())):
+            state = states.get(pid)
+            if state is None or not state.state.is_terminal:
+                problems.append(f"{pid}: report lost, payload left {state and state.state}")
+            for parent in self._waiting_on(pid):
+                heard = len(self.fake.sent.get(parent.token, []))
+                if heard != 1:
+                    problems.append(f"{pid}: a parent answered {heard} times")
+        return problems
+
+    def _late_events(self) -> list[str]:
+        """A held event: the lease recorded its run (no second attempt); then it repeated."""
+        problems: list[str] = []
+        states = self._states()
+        for arn, held in sorted(self.held.items()):
+            label = f"{held.payload_id} (attempt {held.attempt})"
+            if not held.recovered_first:
+                problems.append(f"{label}: not recovered by a lease ({held.action})")
+            elif held.action != "repeated":
+                problems.append(f"{label}: the late event was {held.action}, not repeated")
+            state = states.get(held.payload_id)
+            if state is None or state.attempt != held.attempt or state.execution_arn != arn:
+                problems.append(
+                    f"{label}: ended as attempt {state and state.attempt} "
+                    f"({state and state.execution_arn})"
+                )
+            if "took_over" in self.lease_by_payload.get(held.payload_id, []):
+                problems.append(f"{label}: a lease took over a run that had ended")
+            for parent in self._waiting_on(held.payload_id):
+                heard = len(self.fake.sent.get(parent.token, []))
+                if heard != 1:
+                    problems.append(f"{label}: a parent answered {heard} times")
+        return problems
+
+    def _redeliveries(self, report: Report) -> list[str]:
+        """An older event delivered again after newer ones: stale or repeated, nothing changed."""
+        problems: list[str] = []
+        actions = Counter(late.action for late in self.redeliveries.values())
+        report.counts.update(
+            redelivered_stale=actions["stale"], redelivered_repeated=actions["repeated"]
+        )
+        for arn, late in sorted(self.redeliveries.items()):
+            if late.action not in {"stale", "repeated"}:
+                problems.append(f"{arn.rsplit(':', 1)[1]}: redelivered, {late.action}")
+            if late.changed is not None:
+                problems.append(f"{arn.rsplit(':', 1)[1]}: redelivery changed {late.changed}")
+        return problems
+
+    def _storms(self, report: Report) -> list[str]:
+        """Every parent a storm hit was answered once: by the stream or by the sweeper."""
+        problems: list[str] = []
+        dead = self.dead_tokens
+        for token, discarded in sorted(self.storms.items()):
+            if token in dead or token in self.fake.gone:
+                continue
+            heard = len(self.fake.sent.get(token, []))
+            if heard != 1:
+                what = "discarded by the stream" if discarded else "stormed"
+                problems.append(f"{token[:24]}...: {what}, answered {heard} times")
+        report.counts["storms"] = len(self.storms)
+        return problems
 
     def _resumes(self) -> list[str]:
         problems: list[str] = []
@@ -778,6 +1347,20 @@ class ChaosRun:
                 return problems
             scan["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
+    def _overlap(self, before: tuple[Any, Any, str], after: tuple[Any, Any, str]) -> bool:
+        """Two runs of a payload overlap (an injected Express twin of one attempt is allowed)."""
+        if before[2] == after[2] and self.injector.twins[before[2]]:
+            return False
+        return bool(before[1] is None or after[0] < before[1])
+
+    def _twins(self, state: PayloadStateItem) -> int:
+        """Second runs injected for the payload's attempts: the first of an attempt's runs
+        to end decides it, so its ARN may be listed beside the one the tracker started."""
+        return sum(
+            self.injector.twins[naming.execution_name(state.payload_id, attempt)]
+            for attempt in range(1, state.attempt + 1)
+        )
+
     def _executions(self) -> list[str]:
         sfn = self.aws.sfn
         problems: list[str] = []
@@ -796,12 +1379,14 @@ class ChaosRun:
                     )
         for key, spans in runs.items():
             spans.sort(key=lambda span: span[0])
-            for before, after in itertools.pairwise(spans):
-                if before[1] is None or after[0] < before[1]:
-                    problems.append(f"{key}: {before[2]} and {after[2]} overlap")
+            problems.extend(
+                f"{key}: {before[2]} and {after[2]} overlap"
+                for before, after in itertools.pairwise(spans)
+                if self._overlap(before, after)
+            )
         states = self._states()
         for state in states.values():
-            if state.attempt != len(state.executions):
+            if not state.attempt <= len(state.executions) <= state.attempt + self._twins(state):
                 runs_of = len(state.executions)
                 problems.append(
                     f"{state.payload_id}: attempt {state.attempt}, {runs_of} executions"

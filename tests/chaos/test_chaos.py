@@ -13,18 +13,36 @@ to fail when the cycle check lets every wait through.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from dependency_tracker import settings
+from dependency_tracker.errors import TransitionConflictError
 from dependency_tracker.flows.cycles import CycleGuard
+from dependency_tracker.flows.runs import Runs
+from dependency_tracker.keys import partition_key
+from dependency_tracker.models import PayloadState
+from dependency_tracker.stores import StateTable
 from tests.chaos.faults import ALL_KINDS
-from tests.chaos.run import DEFAULT_RATES, RING_SIZES, ChaosRun
+from tests.chaos.run import (
+    CHAOS_CLAIM_LEASE_SECONDS,
+    CHAOS_SWEEPER_MIN_AGE_SECONDS,
+    DEFAULT_RATES,
+    EXPRESS_RUNS,
+    LATE_EVENTS,
+    LOST_REPORTS,
+    REDELIVERIES,
+    RING_SIZES,
+    STORMS,
+    ChaosRun,
+    Report,
+)
 
 if TYPE_CHECKING:
     import io
 
+    from dependency_tracker.models import PayloadStateItem
     from tests.conftest import Aws
 
 SMALL_SEED = 7
@@ -41,14 +59,7 @@ def chaos(
     parents: int,
     dependencies: int,
 ) -> None:
-    # Chaining publishes the next step to the process queue; joins register two members
-    # per invocation and carry on through it too (their member lists go to the bucket),
-    # so every chunk's writes meet the faults.
-    monkeypatch.setenv(settings.ENV_PROCESS_QUEUE_URL, aws.queue_url)
-    monkeypatch.setenv(settings.ENV_JOIN_CHUNK_SIZE, "2")
-    aws.s3.create_bucket(Bucket=CHAOS_BUCKET)
-    monkeypatch.setenv(settings.ENV_PAYLOAD_BUCKET, CHAOS_BUCKET)
-    settings.get_settings.cache_clear()
+    configure(aws, monkeypatch)
     intensity = float(os.environ.get("DEPTRACK_CHAOS_INTENSITY", "1"))
     rates = {kind: rate * intensity for kind, rate in DEFAULT_RATES.items()}
     run = ChaosRun(aws, seed=seed, parents=parents, dependencies=dependencies, rates=rates)
@@ -61,6 +72,24 @@ def chaos(
 
 
 CHAOS_BUCKET = "deptrack-chaos-payloads"
+
+
+def configure(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The handlers' settings for a chaos run.
+
+    Chaining publishes the next step to the process queue; joins register two members
+    per invocation and carry on through it too (their member lists go to the bucket),
+    so every chunk's writes meet the faults. Express outputs travel through the bucket.
+    The claim lease is short, so a lease runs out within the run (a lost Express report,
+    a held status event), and the sweeper sends rows resolved a second ago.
+    """
+    monkeypatch.setenv(settings.ENV_PROCESS_QUEUE_URL, aws.queue_url)
+    monkeypatch.setenv(settings.ENV_JOIN_CHUNK_SIZE, "2")
+    aws.s3.create_bucket(Bucket=CHAOS_BUCKET)
+    monkeypatch.setenv(settings.ENV_PAYLOAD_BUCKET, CHAOS_BUCKET)
+    monkeypatch.setenv(settings.ENV_CLAIM_LEASE_SECONDS, str(CHAOS_CLAIM_LEASE_SECONDS))
+    monkeypatch.setenv(settings.ENV_SWEEPER_MIN_AGE_SECONDS, str(CHAOS_SWEEPER_MIN_AGE_SECONDS))
+    settings.get_settings.cache_clear()
 
 
 @pytest.mark.usefixtures("workflows")
@@ -99,8 +128,7 @@ def test_the_cycle_invariant_fails_when_cycles_are_let_through(
     aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Mutation: the edges are written but the search never finds a cycle (no faults)."""
-    monkeypatch.setenv(settings.ENV_PROCESS_QUEUE_URL, aws.queue_url)
-    settings.get_settings.cache_clear()
+    configure(aws, monkeypatch)
     monkeypatch.setattr(CycleGuard, "find", lambda *_, **__: None)
     run = ChaosRun(aws, seed=SMALL_SEED, parents=4, dependencies=4, rates={})
     report = run.execute(timeout=60)
@@ -122,6 +150,11 @@ def test_every_fault_kind_is_known() -> None:
         "task_timed_out",
         "invalid_token",
         "duplicate_delivery",
+        "express_twin",
+        "express_report_lost",
+        "late_event",
+        "stale_redelivery",
+        "callback_storm",
     }
 
 
@@ -130,3 +163,195 @@ def test_the_log_capture_would_see_a_leaked_token(log_lines: io.StringIO) -> Non
 
     logger.info("leak", extra={"task_token": "AQB-the-whole-token"})
     assert "AQB-the-whole-token" in log_lines.getvalue()
+
+
+# ------------------------------------------------------------------ issue 15's faults
+
+ISSUE_15_KINDS = (
+    "express_twin",
+    "express_report_lost",
+    "late_event",
+    "stale_redelivery",
+    "callback_storm",
+)
+ALL_EXPRESS = {"express": 0.8, "express_fail": 0.2}
+ALL_STANDARD = {"pass": 0.7, "fail": 0.3}
+
+
+def issue_15_run(
+    aws: Aws,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    rates: dict[str, float],
+    weights: dict[str, float],
+    parents: int = 6,
+    plan: dict[tuple[str, int], str] | None = None,
+) -> tuple[ChaosRun, Report]:
+    """A small run with only the given faults (no duplicates), on the given workflows."""
+    configure(aws, monkeypatch)
+    run = ChaosRun(
+        aws,
+        seed=SMALL_SEED,
+        parents=parents,
+        dependencies=3,
+        rates=rates,
+        duplicates=0.0,
+        workflow_weights=weights,
+        plan=plan,
+    )
+    return run, run.execute(timeout=90)
+
+
+@pytest.mark.usefixtures("workflows")
+@pytest.mark.parametrize(
+    ("kind", "weights"),
+    [
+        ("express_twin", ALL_EXPRESS),
+        ("express_report_lost", ALL_EXPRESS),
+        ("late_event", ALL_STANDARD),
+        ("stale_redelivery", ALL_STANDARD),
+        ("callback_storm", ALL_STANDARD),
+    ],
+)
+def test_each_issue_15_fault_is_survived(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch, kind: str, weights: dict[str, float]
+) -> None:
+    """Each new kind alone, often: injected, and every invariant holds."""
+    run, report = issue_15_run(aws, monkeypatch, rates={kind: 0.5}, weights=weights)
+    assert report.faults[kind] > 0, report.render()
+    assert report.ok, report.render()
+    if kind == "callback_storm":
+        assert report.counts["storm_records_discarded"] > 0, report.render()
+        assert run.sweeps > 0
+
+
+def violated(report: Report, invariant: str) -> list[str]:
+    """The violations of ``invariant`` (must be some)."""
+    problems = report.invariants[invariant]
+    assert problems, report.render()
+    return problems
+
+
+@pytest.mark.usefixtures("workflows")
+def test_the_express_invariant_fails_when_claimed_attempts_start_again(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mutation: a CLAIMED Express attempt is started again, as a Standard one is."""
+    original = Runs.is_express
+
+    def claimed_is_standard(self: Runs, workflow: str, seen: PayloadStateItem | None) -> bool:
+        if seen is not None and seen.state is PayloadState.CLAIMED:
+            return False
+        return original(self, workflow, seen)
+
+    monkeypatch.setattr(Runs, "is_express", claimed_is_standard)
+    _, report = issue_15_run(
+        aws,
+        monkeypatch,
+        rates={},
+        weights={"express": 1.0},
+        parents=3,
+        # The first start is followed by a crash (the claim stays CLAIMED), and the first
+        # report's write fails once, so the redelivery still finds the attempt CLAIMED.
+        plan={
+            ("process:sfn.StartExecution", 1): "crash",
+            ("reports:dynamodb.UpdateItem", 1): "server",
+        },
+    )
+    problems = violated(report, EXPRESS_RUNS)
+    assert any("the tracker started it 2 times" in p for p in problems), problems
+
+
+def force_refused_final_states(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation: a final state ``set_final`` refuses (stale, older, repeated) is written anyway."""
+    original = StateTable.set_final
+
+    def unordered(self: StateTable, **kwargs: Any) -> PayloadStateItem:
+        try:
+            return original(self, **kwargs)
+        except TransitionConflictError:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key={"payload_id": {"S": partition_key(kwargs["payload_id"])}},
+                UpdateExpression="SET #state = :state, execution_arn = :arn",
+                ExpressionAttributeNames={"#state": "state"},
+                ExpressionAttributeValues={
+                    ":state": {"S": kwargs["state"].value},
+                    ":arn": {"S": kwargs["execution_arn"]},
+                },
+            )
+            found = self.get(kwargs["payload_id"])
+            assert found is not None
+            return found
+
+    monkeypatch.setattr(StateTable, "set_final", unordered)
+
+
+@pytest.mark.usefixtures("workflows")
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("express_twin", {"express": 1.0}, EXPRESS_RUNS, "the payload ended by"),
+        ("stale_redelivery", ALL_STANDARD, REDELIVERIES, "redelivered, recorded"),
+    ],
+    ids=["express_twin", "stale_redelivery"],
+)
+def test_the_run_invariants_fail_when_final_states_are_unordered(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch, case: tuple[str, dict[str, float], str, str]
+) -> None:
+    """Mutation: ``set_final`` back to an unordered write: a twin run's end, or an older
+    event delivered again, overwrites the recorded end."""
+    kind, weights, invariant, symptom = case
+    force_refused_final_states(monkeypatch)
+    _, report = issue_15_run(aws, monkeypatch, rates={kind: 1.0}, weights=weights)
+    problems = violated(report, invariant)
+    assert any(symptom in p for p in problems), problems
+
+
+@pytest.mark.usefixtures("workflows")
+def test_the_lost_report_invariant_fails_without_the_express_lease(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mutation: the lease never runs out: a later parent waits too, and nobody is told."""
+    monkeypatch.setattr(Runs, "lease_expired", lambda *_, **__: False)
+    _, report = issue_15_run(
+        aws, monkeypatch, rates={"express_report_lost": 1.0}, weights={"express": 1.0}
+    )
+    problems = violated(report, LOST_REPORTS)
+    assert any("report lost, payload left" in p for p in problems), problems
+
+
+@pytest.mark.usefixtures("workflows")
+def test_the_late_event_invariant_fails_when_a_lease_reruns_an_ended_run(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mutation: the lease treats every run as dead (before issue 15): a second attempt."""
+
+    def take_over(self: Runs, payload: Any, message_id: str | None, seen: Any) -> Any:
+        return self._take_over(payload, message_id, seen)
+
+    monkeypatch.setattr(Runs, "after_lease", take_over)
+    _, report = issue_15_run(aws, monkeypatch, rates={"late_event": 1.0}, weights={"pass": 1.0})
+    problems = violated(report, LATE_EVENTS)
+    assert any("took over a run that had ended" in p for p in problems), problems
+
+
+@pytest.mark.usefixtures("workflows")
+def test_the_storm_invariant_fails_without_the_sweeper(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mutation: no sweeper: a record the stream discarded is never sent."""
+    configure(aws, monkeypatch)
+    run = ChaosRun(
+        aws,
+        seed=SMALL_SEED,
+        parents=6,
+        dependencies=3,
+        rates={"callback_storm": 0.5},
+        duplicates=0.0,
+        workflow_weights=ALL_STANDARD,
+    )
+    run.sweeper_enabled = False
+    report = run.execute(timeout=90)
+    problems = violated(report, STORMS)
+    assert any("discarded by the stream, answered 0 times" in p for p in problems), problems
