@@ -25,6 +25,9 @@ SFN_MAX_EXECUTION_NAME = 80
 # SendTaskFailure (API reference): error 0..256 characters, cause 0..32,768 characters.
 SFN_MAX_ERROR_CHARS = 256
 SFN_MAX_CAUSE_CHARS = 32_768
+# Standard workflows run for one year at most ("Maximum execution time", service quotas): the
+# longest a parent can wait.
+SFN_MAX_EXECUTION_SECONDS = 365 * 24 * 3600
 # Standard workflows: 25,000 events in one execution history.
 SFN_MAX_HISTORY_EVENTS = 25_000
 

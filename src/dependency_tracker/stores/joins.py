@@ -38,7 +38,12 @@ from dependency_tracker.models import (
 )
 from dependency_tracker.models.items import key_attributes
 from dependency_tracker.models.joins import CHUNK_KEY_PREFIX
-from dependency_tracker.stores._dynamodb import is_conditional_failure, put_if_absent, values
+from dependency_tracker.stores._dynamodb import (
+    batch_get,
+    is_conditional_failure,
+    put_if_absent,
+    values,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -379,17 +384,7 @@ class JoinStore:
 
     def _batch_get(self, keys: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         """Consistent ``BatchGetItem`` of at most 100 keys, unprocessed keys retried."""
-        request: dict[str, Any] = {self.table_name: {"Keys": keys, "ConsistentRead": True}}
-        for attempt in range(10):
-            response = self._client.batch_get_item(RequestItems=request)
-            yield from response.get("Responses", {}).get(self.table_name, [])
-            request = response.get("UnprocessedKeys") or {}
-            if not request:
-                return
-            # Throttled keys come back unprocessed: back off as AWS asks.
-            time.sleep(min(1.0, 0.05 * 2**attempt))
-        msg = f"BatchGetItem left keys unprocessed after 10 tries on {self.table_name}"
-        raise RuntimeError(msg)
+        yield from batch_get(self._client, self.table_name, keys)
 
 
 def _bookkeeping_expiry(now: Any) -> int:

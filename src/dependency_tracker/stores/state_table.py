@@ -8,7 +8,6 @@ from botocore.exceptions import ClientError
 
 from dependency_tracker.errors import TransitionConflictError
 from dependency_tracker.keys import FULL_ATTRIBUTES, partition_key
-from dependency_tracker.limits import DDB_MAX_BATCH_GET_KEYS
 from dependency_tracker.models import (
     InvalidMessageItem,
     PayloadState,
@@ -17,7 +16,12 @@ from dependency_tracker.models import (
     utcnow,
 )
 from dependency_tracker.models.items import key_attributes
-from dependency_tracker.stores._dynamodb import is_conditional_failure, put_if_absent, values
+from dependency_tracker.stores._dynamodb import (
+    batch_get,
+    is_conditional_failure,
+    put_if_absent,
+    values,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -46,21 +50,11 @@ class StateTable:
 
     def batch_get(self, payload_ids: Iterable[str]) -> dict[str, PayloadStateItem]:
         """Strongly consistent read of many payloads; missing ids are left out."""
-        wanted = sorted(set(payload_ids))
+        keys = [_key(pid) for pid in sorted(set(payload_ids))]
         found: dict[str, PayloadStateItem] = {}
-        for start in range(0, len(wanted), DDB_MAX_BATCH_GET_KEYS):
-            request: dict[str, Any] = {
-                self.table_name: {
-                    "Keys": [_key(pid) for pid in wanted[start : start + DDB_MAX_BATCH_GET_KEYS]],
-                    "ConsistentRead": True,
-                }
-            }
-            while request:
-                response = self._client.batch_get_item(RequestItems=request)
-                for raw in response.get("Responses", {}).get(self.table_name, []):
-                    item = PayloadStateItem.from_item(raw)
-                    found[item.payload_id] = item
-                request = dict(response.get("UnprocessedKeys") or {})
+        for raw in batch_get(self._client, self.table_name, keys):
+            item = PayloadStateItem.from_item(raw)
+            found[item.payload_id] = item
         return found
 
     def claim(

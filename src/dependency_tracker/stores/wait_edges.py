@@ -7,22 +7,42 @@ opposite direction (what does this payload wait on?). Each wait that names its
 with strongly consistent ``Query`` calls (a GSI would only be eventually
 consistent, and two parents closing one cycle at the same moment could then
 both miss it).
+
+An edge lives as long as the longest wait a parent can make (a Standard
+execution's year) plus the retention: a long wait stays visible to the check.
+It counts only while its wait does: the waiting row (``via`` under the payload
+waited on) still waits (``PROCESSING``), or has not been written yet (an edge
+is written before its join's membership rows; a few minutes' grace). An ended
+wait's edge, kept by its long lifetime, is never followed.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from dependency_tracker.keys import partition_key
-from dependency_tracker.models import EdgeItem, edge_id_for, edge_partition_for, utcnow
+from dependency_tracker.limits import SFN_MAX_EXECUTION_SECONDS
+from dependency_tracker.models import (
+    EdgeItem,
+    PayloadState,
+    edge_id_for,
+    edge_partition_for,
+    utcnow,
+)
 from dependency_tracker.models.items import key_attributes
-from dependency_tracker.stores._dynamodb import put_if_absent, update_if, values
+from dependency_tracker.stores._dynamodb import batch_get, put_if_absent, update_if, values
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from mypy_boto3_dynamodb import DynamoDBClient
+
+
+# An edge is written before its waiting row only for a join (its membership rows follow in the
+# same invocation, or in a redelivery of its message): an edge younger than this whose row is
+# missing still counts.
+UNWRITTEN_ROW_GRACE = timedelta(hours=1)
 
 
 class WaitEdges:
@@ -31,7 +51,8 @@ class WaitEdges:
     def __init__(self, client: DynamoDBClient, table_name: str, *, retention_days: int) -> None:
         self._client = client
         self.table_name = table_name
-        self._retention = timedelta(days=retention_days)
+        # The longest wait (a Standard parent runs for a year at most), then the retention.
+        self._lifetime = timedelta(seconds=SFN_MAX_EXECUTION_SECONDS, days=retention_days)
 
     def add(
         self,
@@ -49,7 +70,7 @@ class WaitEdges:
         already turned down), else None.
         """
         now = utcnow()
-        expires = int((now + self._retention).timestamp())
+        expires = int((now + self._lifetime).timestamp())
         refused_cycle: list[str] | None = None
         for target in dict.fromkeys(depends_on):
             edge = EdgeItem(
@@ -75,32 +96,64 @@ class WaitEdges:
         return refused_cycle
 
     def targets(self, waiter_payload_id: str, *, attempt: int | None = None) -> list[str]:
-        """Payloads ``waiter_payload_id`` waits on (strongly consistent; refused edges left out).
+        """Payloads ``waiter_payload_id`` still waits on (strongly consistent).
 
-        With ``attempt``, only the waits of that attempt (and of waiters whose
-        attempt was unknown) count.
+        Refused edges are left out, and edges whose wait has ended (their
+        waiting row no longer ``PROCESSING``). With ``attempt``, only the waits
+        of that attempt (and of waiters whose attempt was unknown) count.
         """
         query: dict[str, Any] = {
             "TableName": self.table_name,
             "KeyConditionExpression": "payload_id = :pid",
             "FilterExpression": "attribute_not_exists(refused_at)",
-            "ProjectionExpression": "depends_on, waiter_attempt",
+            "ProjectionExpression": "depends_on, waiter_attempt, via, created_at",
             "ExpressionAttributeValues": values(
                 pid=partition_key(edge_partition_for(waiter_payload_id))
             ),
             "ConsistentRead": True,
         }
-        found: dict[str, None] = {}
+        edges: list[tuple[str, str, datetime]] = []
         while True:
             response = self._client.query(**query)
             for item in response.get("Items", []):
                 recorded = item.get("waiter_attempt")
                 if attempt is None or recorded is None or int(recorded["N"]) == attempt:
-                    found[item["depends_on"]["S"]] = None
+                    created = datetime.fromisoformat(item["created_at"]["S"])
+                    edges.append((item["depends_on"]["S"], item["via"]["S"], created))
             last = response.get("LastEvaluatedKey")
             if not last:
-                return list(found)
+                break
             query["ExclusiveStartKey"] = last
+        return list(dict.fromkeys(self._still_waiting(edges)))
+
+    def _still_waiting(self, edges: list[tuple[str, str, datetime]]) -> Iterable[str]:
+        """The targets of ``edges`` whose waiting row still waits (or is not written yet)."""
+        if not edges:
+            return []
+        keys = {
+            (target, via): key_attributes(payload_id=target, waiter_id=via)
+            for target, via, _ in edges
+        }
+        state_of: dict[tuple[str, str], str | None] = {}
+        for row in batch_get(
+            self._client,
+            self.table_name,
+            list(keys.values()),
+            projection="payload_id, waiter_id, workflow_state",
+        ):
+            state = row.get("workflow_state", {}).get("S")
+            state_of[(row["payload_id"]["S"], row["waiter_id"]["S"])] = state
+        now = utcnow()
+        waiting: list[str] = []
+        for target, via, created in edges:
+            key = keys[(target, via)]
+            found = (key["payload_id"]["S"], key["waiter_id"]["S"])
+            if found in state_of:
+                if state_of[found] == PayloadState.PROCESSING.value:
+                    waiting.append(target)
+            elif now - created < UNWRITTEN_ROW_GRACE:
+                waiting.append(target)
+        return waiting
 
     def refuse(
         self, waiter_payload_id: str, depends_on: Iterable[str], *, via: str, cycle: list[str]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -468,3 +469,67 @@ def test_a_single_wait_resolved_before_its_refusal_lands_stands(aws: Aws) -> Non
     assert row is not None
     assert row.workflow_state is PayloadState.SUCCEEDED
     assert row.error_name is None
+
+
+# ---------------------------------------------------------------- lifetimes
+
+
+def age_edges(aws: Aws, hours: float) -> None:
+    """Pretend every edge was written ``hours`` ago."""
+    old = (datetime.now(UTC) - timedelta(hours=hours)).isoformat()
+    for item in edge_items(aws):
+        aws.dynamodb.update_item(
+            TableName=aws.dependencies.table_name,
+            Key={"payload_id": item["payload_id"], "waiter_id": item["waiter_id"]},
+            UpdateExpression="SET created_at = :old",
+            ExpressionAttributeValues={":old": {"S": old}},
+        )
+
+
+def test_a_wait_edge_lives_as_long_as_the_longest_wait(aws: Aws) -> None:
+    # GIVEN a parent W (not a payload the tracker runs) waiting on A
+    (a,) = running(aws, "a")
+    guard(aws).admit("W", [a], via="token#w")
+    # THEN its edge outlives any wait a parent can make (a Standard execution's year) plus the
+    # retention; it expired after 7 days before, and a cycle through a longer wait went unseen
+    (edge,) = edge_items(aws)
+    created = datetime.fromisoformat(edge["created_at"]["S"]).timestamp()
+    assert int(edge["expiration_time"]["N"]) - created >= (365 + 7) * 86_400 - 1
+
+
+@pytest.mark.usefixtures("workflows")
+def test_an_ended_wait_does_not_close_a_cycle_later(aws: Aws) -> None:
+    # GIVEN W waited on A and was answered (its waiter row resolved when A ended)
+    a = payload_id("a")
+    assert handle(aws, wait_message("a", "W", "tok-w")) is ProcessAction.STARTED
+    aws.dependencies.resolve(a, waiter_id_for("tok-w"), Resolution(state=PayloadState.SUCCEEDED))
+    # WHEN A, run again, waits on W (W never ran: it counts as live)
+    check = guard(aws)
+    cycle = check.admit(a, ["W"], via="token#a")
+    # THEN no cycle: the old edge W -> A no longer stands for a wait (it did, for its whole
+    # lifetime, before: A would have been refused with DependencyCycle)
+    assert cycle is None
+
+
+@pytest.mark.usefixtures("workflows")
+def test_a_pending_wait_closes_a_cycle_however_old(aws: Aws) -> None:
+    # GIVEN W waits on A, still (its waiter row PROCESSING), for days
+    a = payload_id("a")
+    handle(aws, wait_message("a", "W", "tok-w"))
+    age_edges(aws, hours=24 * 30)
+    # WHEN A waits on W THEN the cycle is found
+    cycle = guard(aws).admit(a, ["W"], via="token#a")
+    assert cycle is not None
+    assert cycle.path == (a, "W", a)
+
+
+def test_an_edge_counts_before_its_row_is_written_but_not_for_ever(aws: Aws) -> None:
+    # GIVEN an edge whose waiting row is not written (a join writes its membership rows just
+    # after its edges; a crash between leaves the edge alone)
+    (a,) = running(aws, "a")
+    edges = WaitEdges(aws.dynamodb, aws.dependencies.table_name, retention_days=7)
+    edges.add("W", [a], via=membership_id_for("j-1"))
+    # THEN it counts while young, and not once its row should long have been written
+    assert edges.targets("W") == [a]
+    age_edges(aws, hours=2)
+    assert edges.targets("W") == []
