@@ -329,6 +329,11 @@ class ChaosRun:
         self.late_parents_enabled = True
         self.backoff_waits = 0
         self.sweep_failures = 0
+        self.express_unstarted = 0  # Express attempts claimed, never started, taken over
+        # Lost-report payloads -> later parents sent again because the first one's takeover
+        # was itself left CLAIMED (its start failed): see _more_parents.
+        self._watched: dict[str, int] = {}
+        self.late_parents_again = 0
         self._last_sweep = 0.0
         self._swept_last = False
         self._update_state: Callable[[dict[str, Any], Any], Any] = self.pumps.executions.handler
@@ -562,6 +567,7 @@ class ChaosRun:
                         pid = _reported_payload(record["body"])
                         self.lost_reports[message_id] = pid
                         self._later_parent(pid)
+                        self._watched.setdefault(pid, 0)
                 if not self._report_draws[message_id]:
                     kept.append(record)
             if not kept:
@@ -621,6 +627,23 @@ class ChaosRun:
         lease = settings.get_settings().claim_lease_seconds
         self.late.append((time.monotonic() + lease + 1.0, index))
         self.late_parents.append(index)
+
+    def _more_parents(self) -> None:
+        """A lost-report payload still live once its later parents are in: one more comes.
+
+        The later parent's lease check takes the payload over, but if that new attempt's
+        start fails (throttled, or a crash between claim and start), the attempt stays
+        CLAIMED and the parent's redelivery waits (an Express claim is never started
+        twice): only the next message after another lease recovers it. Up to 3 more.
+        """
+        if self.late:
+            return
+        for pid, again in self._watched.items():
+            state = self.aws.states.get(pid)
+            if again < 3 and state is not None and not state.state.is_terminal:
+                self._watched[pid] += 1
+                self.late_parents_again += 1
+                self._later_parent(pid)
 
     def _send_due(self) -> int:
         now = time.monotonic()
@@ -816,6 +839,7 @@ class ChaosRun:
         before the EventBridge pump looks makes each round, and so the handlers'
         call sequence and the faults drawn for it, the same on every run.
         """
+        self._more_parents()
         self._send_due()
         moved = int(self.pumps.sqs.pump_once())
         deadline = time.monotonic() + timeout
@@ -901,6 +925,7 @@ class ChaosRun:
             parents_join=sum(p.quorum is not None and p.ring is None for p in self.parents),
             parents_wait_for=sum(p.wait_for is not None for p in self.parents),
             parents_late=len(self.late_parents),
+            parents_late_again=self.late_parents_again,
             parents_gone=len(self.fake.gone),
             resumed=len(self.fake.sent),
             refused_sends=sum(self.fake.refused.values()),
@@ -909,6 +934,7 @@ class ChaosRun:
             express_starts_by_tracker=sum(self.injector.express_starts.values()),
             express_twin_runs=sum(self.injector.twins.values()),
             express_reports_lost=len(self.lost_reports),
+            express_attempts_never_started=self.express_unstarted,
             late_events_held=len(self.held),
             storm_throttled_sends=self.injector.storm_calls,
             storm_records_discarded=sum(self.storms.values()),
@@ -1385,8 +1411,20 @@ class ChaosRun:
                 if self._overlap(before, after)
             )
         states = self._states()
+        names = {name for spans in runs.values() for _, _, name in spans}
+        self.express_unstarted = 0
         for state in states.values():
-            if not state.attempt <= len(state.executions) <= state.attempt + self._twins(state):
+            least = state.attempt
+            if state.workflow == EXPRESS:
+                # An Express claim whose start failed is never started again (a second start
+                # could be a second run): the lease takes it over with a new attempt.
+                unstarted = sum(
+                    naming.execution_name(state.payload_id, attempt) not in names
+                    for attempt in range(1, state.attempt + 1)
+                )
+                self.express_unstarted += unstarted
+                least -= unstarted
+            if not least <= len(state.executions) <= state.attempt + self._twins(state):
                 runs_of = len(state.executions)
                 problems.append(
                     f"{state.payload_id}: attempt {state.attempt}, {runs_of} executions"

@@ -13,6 +13,7 @@ to fail when the cycle check lets every wait through.
 from __future__ import annotations
 
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -355,3 +356,44 @@ def test_the_storm_invariant_fails_without_the_sweeper(
     report = run.execute(timeout=90)
     problems = violated(report, STORMS)
     assert any("discarded by the stream, answered 0 times" in p for p in problems), problems
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "issue 15 finding: an Express attempt whose StartExecution failed stays CLAIMED; "
+        "the claimer's own redelivery waits (an Express claim is never started twice) and "
+        "is deleted, so with no later message for the payload its parent is never answered, "
+        "even long after the lease (the sweeper only reports the stuck payload)"
+    ),
+)
+@pytest.mark.usefixtures("workflows")
+def test_a_failed_express_start_with_no_later_message_is_recovered(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One parent on one Express payload; the tracker's first start is throttled."""
+    configure(aws, monkeypatch)
+    run = ChaosRun(
+        aws,
+        seed=SMALL_SEED,
+        parents=1,
+        dependencies=1,
+        rates={},
+        duplicates=0.0,
+        workflow_weights={"express": 1.0},
+        plan={("process:sfn.StartExecution", 1): "throttle"},
+    )
+    run.rings = []
+    run.parents = [p for p in run.parents if p.ring is None]
+    began = time.monotonic()
+    run.setup()
+    run.send(range(len(run.parents)))
+    # Pump well past the lease (nothing else will ever arrive), then settle.
+    deadline = began + CHAOS_CLAIM_LEASE_SECONDS + 2.0
+    while time.monotonic() < deadline:
+        run.round()
+    run.settle(60)
+    run.injector.enabled = False
+    report = run.check()
+    assert report.faults["throttle"] == 1, report.render()
+    assert report.ok, report.render()
