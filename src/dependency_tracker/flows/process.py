@@ -378,19 +378,30 @@ class ProcessFlow:
             if after is not None:
                 return ProcessAction(after.value)
         if seen.state is PayloadState.CLAIMED:
-            if self.runs.is_express(payload.workflow, seen):
-                # An Express start is not idempotent: a second one is a second run. Only
-                # the claimer starts; if it died first, the lease starts a new attempt.
-                return ProcessAction.WAITING
-            # The claimer may have died before StartExecution; the name is
-            # deterministic, so starting again is harmless if it did not.
-            self.runs.start(payload, seen.attempt)
-            return ProcessAction.RESUMED_START
+            return self._claimed(payload, message_id, seen)
         if seen.state is PayloadState.PROCESSING:
             return ProcessAction.WAITING
         if row_id is not None:
             self.dependencies.resolve(payload.id, row_id, Resolution.of(seen, replayed=True))
         return ProcessAction.REPLAYED
+
+    def _claimed(
+        self, payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
+    ) -> ProcessAction:
+        """A live claim whose start may or may not have happened."""
+        if not self.runs.is_express(payload.workflow, seen):
+            # The claimer may have died before StartExecution; the name is
+            # deterministic, so starting again is harmless if it did not.
+            self.runs.start(payload, seen.attempt)
+            return ProcessAction.RESUMED_START
+        if message_id is not None and seen.claim_message_id == message_id:
+            # The claimer's own message again: its start failed or it died around it. A
+            # second start of this attempt could be a second run of it; a new attempt,
+            # under a new name, cannot run this one twice.
+            return ProcessAction(self.runs.take_over(payload, message_id, seen).value)
+        # An Express start is not idempotent: only the claimer (or its redelivery) starts;
+        # if neither comes back, the lease starts a new attempt.
+        return ProcessAction.WAITING
 
     @staticmethod
     def _should_run(

@@ -125,7 +125,7 @@ class Runs:
             # An Express run lasts at most five minutes and cannot be described: past
             # the lease it is over and its report was lost. A new attempt has a new
             # name, so it never runs the lost attempt twice.
-            return self._take_over(payload, message_id, seen)
+            return self.take_over(payload, message_id, seen)
         try:
             described = dict(self._sfn.describe_execution(executionArn=arn))
         except ClientError as exc:
@@ -134,7 +134,7 @@ class Runs:
             if seen.state is PayloadState.CLAIMED:
                 return None  # never started: start it under the same name
             # Recorded as started, yet gone (its history expired): nothing to wait for.
-            return self._take_over(payload, message_id, seen)
+            return self.take_over(payload, message_id, seen)
         status = str(described["status"])
         logger.info("lease expired", extra={"execution_arn": arn, "status": status})
         if status in LIVE_STATUSES:
@@ -148,11 +148,12 @@ class Runs:
         if recorded is UpdateAction.STALE:
             raise TransitionConflictError(f"{payload.id}: a newer run was recorded")
         # Its input is no payload of ours (cannot happen for runs we started): run again.
-        return self._take_over(payload, message_id, seen)
+        return self.take_over(payload, message_id, seen)
 
-    def _take_over(
+    def take_over(
         self, payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
     ) -> LeaseOutcome:
+        """Claim the attempt after ``seen`` (conditionally: once) and start it."""
         claimed = self.states.claim(payload, seen, message_id=message_id)
         self.start(payload, claimed.attempt)
         return LeaseOutcome.TOOK_OVER

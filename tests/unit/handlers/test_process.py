@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from dependency_tracker import naming, settings
 from dependency_tracker.handlers.process import lambda_handler, process_flow
@@ -540,3 +541,34 @@ def test_an_express_input_past_100_kb_goes_by_pointer(
     # THEN the Express run gets a pointer and the Standard one the payload itself
     assert list(json.loads(inputs["quick"])) == ["url"]
     assert json.loads(inputs["pass"])["id"] == payload_id()
+
+
+def test_an_express_claim_whose_start_failed_is_retried_by_its_own_message_as_a_new_attempt(
+    aws: Aws, lambda_context: LocalContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN an Express payload whose claimer's StartExecution was throttled (it stays CLAIMED,
+    # and the message fails to be redelivered)
+    express_workflow(aws)
+    flow = process_flow()
+    real = flow._sfn.start_execution
+    started: list[str] = []
+
+    def start(**kwargs: Any) -> Any:
+        started.append(kwargs["name"])
+        if len(started) == 1:
+            raise ClientError({"Error": {"Code": "ThrottlingException"}}, "StartExecution")
+        return real(**kwargs)
+
+    monkeypatch.setattr(flow._sfn, "start_execution", start)
+    body = payload(workflow="quick", callback={"task_token": "t"})
+    assert failures(lambda_handler(sqs_event(body, ids=["m-1"]), lambda_context)) == ["m-1"]
+    # WHEN the same message comes back
+    assert failures(lambda_handler(sqs_event(body, ids=["m-1"]), lambda_context)) == []
+    # THEN a new attempt starts at once, under its own name (the first may not be started
+    # again: an Express start under a used name is a second run); before, the redelivery
+    # waited and the parent was stranded until a later message passed the lease
+    pid = payload_id(workflow="quick")
+    assert started == [naming.execution_name(pid, 1), naming.execution_name(pid, 2)]
+    item = aws.states.get(pid)
+    assert item is not None
+    assert (item.state, item.attempt) == (PayloadState.PROCESSING, 2)
