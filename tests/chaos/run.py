@@ -97,6 +97,8 @@ MAX_RECEIVE_COUNT = 20
 STREAM_MAX_RETRIES = 10
 # Small, so that a lease runs out within the run (Express: min(this, 600 s)).
 CHAOS_CLAIM_LEASE_SECONDS = 2
+# Later parents sent again, per lost-report payload, while a takeover is left CLAIMED.
+MORE_PARENTS = 8
 # The sweeper sends terminal un-notified rows older than this.
 CHAOS_SWEEPER_MIN_AGE_SECONDS = 1
 # "chain": a two-step payload (pass, then chain2): update-state publishes step 2 to the queue.
@@ -634,13 +636,13 @@ class ChaosRun:
         The later parent's lease check takes the payload over, but if that new attempt's
         start fails (throttled, or a crash between claim and start), the attempt stays
         CLAIMED and the parent's redelivery waits (an Express claim is never started
-        twice): only the next message after another lease recovers it. Up to 3 more.
+        twice): only the next message after another lease recovers it. Up to MORE_PARENTS.
         """
         if self.late:
             return
         for pid, again in self._watched.items():
             state = self.aws.states.get(pid)
-            if again < 3 and state is not None and not state.state.is_terminal:
+            if again < MORE_PARENTS and state is not None and not state.state.is_terminal:
                 self._watched[pid] += 1
                 self.late_parents_again += 1
                 self._later_parent(pid)

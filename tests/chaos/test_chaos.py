@@ -200,7 +200,14 @@ def issue_15_run(
         workflow_weights=weights,
         plan=plan,
     )
+    without_rings(run)
     return run, run.execute(timeout=90)
+
+
+def without_rings(run: ChaosRun) -> None:
+    """No dependency cycles: these runs are about issue 15's faults (the long runs have both)."""
+    run.rings = []
+    run.parents = [parent for parent in run.parents if parent.ring is None]
 
 
 @pytest.mark.usefixtures("workflows")
@@ -329,7 +336,7 @@ def test_the_late_event_invariant_fails_when_a_lease_reruns_an_ended_run(
     """Mutation: the lease treats every run as dead (before issue 15): a second attempt."""
 
     def take_over(self: Runs, payload: Any, message_id: str | None, seen: Any) -> Any:
-        return self._take_over(payload, message_id, seen)
+        return self.take_over(payload, message_id, seen)
 
     monkeypatch.setattr(Runs, "after_lease", take_over)
     _, report = issue_15_run(aws, monkeypatch, rates={"late_event": 1.0}, weights={"pass": 1.0})
@@ -353,25 +360,22 @@ def test_the_storm_invariant_fails_without_the_sweeper(
         workflow_weights=ALL_STANDARD,
     )
     run.sweeper_enabled = False
+    without_rings(run)
     report = run.execute(timeout=90)
     problems = violated(report, STORMS)
     assert any("discarded by the stream, answered 0 times" in p for p in problems), problems
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "issue 15 finding: an Express attempt whose StartExecution failed stays CLAIMED; "
-        "the claimer's own redelivery waits (an Express claim is never started twice) and "
-        "is deleted, so with no later message for the payload its parent is never answered, "
-        "even long after the lease (the sweeper only reports the stuck payload)"
-    ),
-)
 @pytest.mark.usefixtures("workflows")
 def test_a_failed_express_start_with_no_later_message_is_recovered(
     aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One parent on one Express payload; the tracker's first start is throttled."""
+    """One parent on one Express payload; the tracker's first start is throttled, and no
+    other message ever comes: the claimer's own redelivery must not leave it CLAIMED.
+
+    The chaos run's finding (issue 15): the redelivery used to wait (an Express claim is
+    never started twice) and was deleted, stranding the parent even past the lease.
+    """
     configure(aws, monkeypatch)
     run = ChaosRun(
         aws,
@@ -383,8 +387,7 @@ def test_a_failed_express_start_with_no_later_message_is_recovered(
         workflow_weights={"express": 1.0},
         plan={("process:sfn.StartExecution", 1): "throttle"},
     )
-    run.rings = []
-    run.parents = [p for p in run.parents if p.ring is None]
+    without_rings(run)
     began = time.monotonic()
     run.setup()
     run.send(range(len(run.parents)))
