@@ -34,14 +34,19 @@ format: venv
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Two workers, one test file each at a time (module-scoped stacks stay shared within a file):
+# the suite is CPU-bound on moto and CI has two cores. PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+
 test: venv
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_PARALLEL)
 
 test-unit: venv
-	$(BIN)/pytest tests/unit
+	$(BIN)/pytest $(PYTEST_PARALLEL) tests/unit
 
 test-e2e: venv
-	$(BIN)/pytest tests/e2e
+	$(BIN)/pytest $(PYTEST_PARALLEL) tests/e2e
 
 demo: venv
 	$(BIN)/dependency-tracker demo $(DEMO_ARGS)
