@@ -50,6 +50,11 @@ MAX_EXPRESS_INLINE_INPUT_BYTES = 100_000
 LARGE_INPUT_PREFIX = "payloads"
 
 
+def lease_seconds(claim_lease_seconds: int, *, express: bool) -> int:
+    """The lease of an attempt: the claim lease, at most EXPRESS_LEASE_SECONDS for Express."""
+    return min(claim_lease_seconds, EXPRESS_LEASE_SECONDS) if express else claim_lease_seconds
+
+
 @unique
 class LeaseOutcome(StrEnum):
     """What an expired lease led to (values are the process flow's action names)."""
@@ -82,9 +87,9 @@ class Runs:
         """Whether a live attempt has gone without a final state for longer than its lease."""
         if seen.state.is_terminal or seen.claimed_at is None:
             return False
-        lease = self.settings.claim_lease_seconds
-        if self.is_express(payload.workflow, seen):
-            lease = min(lease, EXPRESS_LEASE_SECONDS)
+        lease = lease_seconds(
+            self.settings.claim_lease_seconds, express=self.is_express(payload.workflow, seen)
+        )
         age = utcnow() - seen.claimed_at
         return age.total_seconds() > lease
 
@@ -189,10 +194,13 @@ class Runs:
         retried start sends the same input (StartExecution stays idempotent).
         """
         text = payload.execution_input()
+        size = len(text.encode("utf-8"))
         limit = MAX_INLINE_INPUT_BYTES
-        if self.is_express(payload.workflow, None):
+        # Only a size between the two limits needs the workflow's type (a cached
+        # DescribeStateMachine): nearly every start skips the question.
+        if size > MAX_EXPRESS_INLINE_INPUT_BYTES and self.is_express(payload.workflow, None):
             limit = MAX_EXPRESS_INLINE_INPUT_BYTES
-        if len(text.encode("utf-8")) <= limit:
+        if size <= limit:
             return text
         if not self._bucket.writable:
             raise InvalidMessageError(

@@ -31,7 +31,7 @@ from dependency_tracker import naming
 from dependency_tracker.clients import client
 from dependency_tracker.errors import CallbackDeliveryError
 from dependency_tracker.flows.callback import CallbackAction, CallbackFlow
-from dependency_tracker.flows.runs import EXPRESS_LEASE_SECONDS
+from dependency_tracker.flows.runs import lease_seconds
 from dependency_tracker.models import utcnow
 from dependency_tracker.observability import logger, metrics
 from dependency_tracker.stores.sweeps import CursorStore, SweepCursor, SweepStore
@@ -198,10 +198,8 @@ class SweeperFlow:
         An Express run's lease is shorter; a claim whose run has not started is
         judged by the general lease (its type is not on the item).
         """
-        lease = self.settings.claim_lease_seconds
-        if payload.execution_arn is not None and naming.is_express_arn(payload.execution_arn):
-            return min(lease, EXPRESS_LEASE_SECONDS)
-        return lease
+        express = payload.execution_arn is not None and naming.is_express_arn(payload.execution_arn)
+        return lease_seconds(self.settings.claim_lease_seconds, express=express)
 
     def _report_stuck(
         self,
@@ -213,7 +211,7 @@ class SweeperFlow:
     ) -> dict[str, Any] | None:
         """Log every payload held past its lease from ``start_key`` on; the next start key."""
         # The page filter uses the shortest lease; each payload is then judged by its own.
-        shortest = min(self.settings.claim_lease_seconds, EXPRESS_LEASE_SECONDS)
+        shortest = lease_seconds(self.settings.claim_lease_seconds, express=True)
         claimed_before = now - timedelta(seconds=shortest)
         key = start_key
         for _ in range(self.settings.sweeper_max_pages):
