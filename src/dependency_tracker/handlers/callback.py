@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +14,7 @@ from aws_lambda_powertools.utilities.batch import (
 from pydantic import ValidationError
 
 from dependency_tracker.flows.callback import CallbackFlow
+from dependency_tracker.handlers.deadline import deadline_of
 from dependency_tracker.models import row_from_plain
 from dependency_tracker.observability import logger, metrics
 from dependency_tracker.settings import get_settings
@@ -30,11 +30,6 @@ processor = BatchProcessor(
     event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False
 )
 
-# Time kept back from the function's timeout when retrying a refused send: one more
-# SendTask* with botocore's own retries (about 3 s when throttled), marking the row,
-# and answering with the batch's failures before Lambda stops the invocation.
-DEADLINE_RESERVE_SECONDS = 15.0
-
 
 @cache
 def callback_flow() -> CallbackFlow:
@@ -42,19 +37,11 @@ def callback_flow() -> CallbackFlow:
     return CallbackFlow.from_settings(get_settings())
 
 
-def deadline_of(context: LambdaContext | None) -> float | None:
-    """Monotonic time by which retries of a refused send must have stopped."""
-    if context is None:
-        return None
-    remaining = context.get_remaining_time_in_millis() / 1000
-    return time.monotonic() + max(0.0, remaining - DEADLINE_RESERVE_SECONDS)
-
-
 def record_handler(record: DynamoDBRecord, lambda_context: LambdaContext | None = None) -> None:
     """Notify the parent of one waiter row; raising fails only this record.
 
     Powertools passes ``lambda_context``: a throttled send is retried here only
-    while the invocation has time left (:data:`DEADLINE_RESERVE_SECONDS`).
+    while the invocation has time left (:mod:`~dependency_tracker.handlers.deadline`).
     """
     if record.dynamodb is None:
         return
