@@ -9,6 +9,8 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
+from dependency_tracker.models.events import status_change_detail
+
 STATUS_CHANGE_DETAIL_TYPE = "Step Functions Execution Status Change"
 
 
@@ -37,21 +39,7 @@ def status_change_event(
 ) -> dict[str, Any]:
     """EventBridge "Step Functions Execution Status Change" event from ``DescribeExecution``."""
     stop = execution.get("stopDate")
-    detail = {
-        "executionArn": execution["executionArn"],
-        "stateMachineArn": execution["stateMachineArn"],
-        "name": execution["name"],
-        "status": execution["status"],
-        "startDate": _millis(execution.get("startDate")),
-        "stopDate": _millis(stop),
-        "input": execution.get("input"),
-        "output": execution.get("output"),
-        "inputDetails": {"included": "input" in execution},
-        "outputDetails": {"included": "output" in execution},
-        "error": execution.get("error"),
-        "cause": execution.get("cause"),
-        "redriveCount": execution.get("redriveCount") or 0,
-    }
+    detail = status_change_detail(execution)
     when = stop if isinstance(stop, datetime) else datetime.now(UTC)
     return {
         "version": "0",
@@ -86,9 +74,3 @@ def stream_record(record: dict[str, Any], *, stream_arn: str, region: str) -> di
         "dynamodb": dynamodb,
         "eventSourceARN": stream_arn,
     }
-
-
-def _millis(value: Any) -> int | None:
-    if isinstance(value, datetime):
-        return int(value.timestamp() * 1000)
-    return None

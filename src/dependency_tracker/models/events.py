@@ -43,23 +43,7 @@ class StatusChange(BaseModel):
     @classmethod
     def from_description(cls, described: dict[str, Any]) -> StatusChange:
         """The status change a ``DescribeExecution`` response stands for (no event needed)."""
-        return cls.model_validate(
-            {
-                "executionArn": described["executionArn"],
-                "stateMachineArn": described["stateMachineArn"],
-                "name": described["name"],
-                "status": described["status"],
-                "startDate": _millis(described.get("startDate")),
-                "stopDate": _millis(described.get("stopDate")),
-                "input": described.get("input"),
-                "inputDetails": {"included": "input" in described},
-                "output": described.get("output"),
-                "outputDetails": {"included": "output" in described},
-                "error": described.get("error"),
-                "cause": described.get("cause"),
-                "redriveCount": described.get("redriveCount") or 0,
-            }
-        )
+        return cls.model_validate(status_change_detail(described))
 
     @property
     def run_rank(self) -> int:
@@ -103,6 +87,28 @@ class StatusChange(BaseModel):
 
 # Stop dates are epoch milliseconds (13 digits until the year 2286).
 RANK_PER_REDRIVE = 10**13
+
+
+def status_change_detail(described: dict[str, Any]) -> dict[str, Any]:
+    """The status-change event ``detail`` a ``DescribeExecution`` response stands for.
+
+    What EventBridge would carry: the same fields, dates as epoch milliseconds.
+    """
+    return {
+        "executionArn": described["executionArn"],
+        "stateMachineArn": described["stateMachineArn"],
+        "name": described["name"],
+        "status": described["status"],
+        "startDate": _millis(described.get("startDate")),
+        "stopDate": _millis(described.get("stopDate")),
+        "input": described.get("input"),
+        "output": described.get("output"),
+        "inputDetails": {"included": "input" in described},
+        "outputDetails": {"included": "output" in described},
+        "error": described.get("error"),
+        "cause": described.get("cause"),
+        "redriveCount": described.get("redriveCount") or 0,
+    }
 
 
 def _millis(value: object) -> int | None:
