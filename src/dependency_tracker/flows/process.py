@@ -111,7 +111,6 @@ class ProcessFlow:
         self.settings = settings
         self.states = states
         self.dependencies = dependencies
-        self._sfn = sfn
         self._bucket = bucket
         self.cycles = cycles or CycleGuard(
             states=states,

@@ -394,7 +394,7 @@ def test_an_express_run_past_its_lease_is_taken_over_without_describing_it(
         described.append(kwargs["executionArn"])
         return real(**kwargs)
 
-    monkeypatch.setattr(flow._sfn, "describe_execution", describe)
+    monkeypatch.setattr(flow.runs._sfn, "describe_execution", describe)
     # WHEN a message arrives after the lease
     assert failures(lambda_handler(sqs_event(payload()), lambda_context)) == []
     # THEN attempt 2 runs under a new name, and the Express run was never described
@@ -468,13 +468,13 @@ def express_workflow(aws: Aws) -> None:
 def count_starts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     started: list[str] = []
     flow = process_flow()
-    real = flow._sfn.start_execution
+    real = flow.runs._sfn.start_execution
 
     def start(**kwargs: Any) -> Any:
         started.append(kwargs["name"])
         return real(**kwargs)
 
-    monkeypatch.setattr(flow._sfn, "start_execution", start)
+    monkeypatch.setattr(flow.runs._sfn, "start_execution", start)
     return started
 
 
@@ -526,13 +526,13 @@ def test_an_express_input_past_100_kb_goes_by_pointer(
     express_workflow(aws)
     inputs: dict[str, str] = {}
     flow = process_flow()
-    real = flow._sfn.start_execution
+    real = flow.runs._sfn.start_execution
 
     def start(**kwargs: Any) -> Any:
         inputs[kwargs["stateMachineArn"].rsplit("-", 1)[-1]] = kwargs["input"]
         return real(**kwargs)
 
-    monkeypatch.setattr(flow._sfn, "start_execution", start)
+    monkeypatch.setattr(flow.runs._sfn, "start_execution", start)
     for workflow in ("quick", "pass"):
         body = payload(workflow=workflow)
         body["features"][0]["properties"] = {"blob": "x" * 150_000}
@@ -550,7 +550,7 @@ def test_an_express_claim_whose_start_failed_is_retried_by_its_own_message_as_a_
     # and the message fails to be redelivered)
     express_workflow(aws)
     flow = process_flow()
-    real = flow._sfn.start_execution
+    real = flow.runs._sfn.start_execution
     started: list[str] = []
 
     def start(**kwargs: Any) -> Any:
@@ -559,7 +559,7 @@ def test_an_express_claim_whose_start_failed_is_retried_by_its_own_message_as_a_
             raise ClientError({"Error": {"Code": "ThrottlingException"}}, "StartExecution")
         return real(**kwargs)
 
-    monkeypatch.setattr(flow._sfn, "start_execution", start)
+    monkeypatch.setattr(flow.runs._sfn, "start_execution", start)
     body = payload(workflow="quick", callback={"task_token": "t"})
     assert failures(lambda_handler(sqs_event(body, ids=["m-1"]), lambda_context)) == ["m-1"]
     # WHEN the same message comes back
