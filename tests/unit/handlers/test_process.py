@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.exceptions import ClientError
 
-from dependency_tracker import naming, settings
+from dependency_tracker import limits, naming, settings
+from dependency_tracker.flows import runs as runs_module
 from dependency_tracker.handlers.process import lambda_handler, process_flow
 from dependency_tracker.handlers.update_state import lambda_handler as update_state_handler
 from dependency_tracker.local.events import status_change_event
@@ -572,3 +573,54 @@ def test_an_express_claim_whose_start_failed_is_retried_by_its_own_message_as_a_
     item = aws.states.get(pid)
     assert item is not None
     assert (item.state, item.attempt) == (PayloadState.PROCESSING, 2)
+
+
+def sized(workflow: str, size: int) -> ProcessPayload:
+    """A payload whose execution input is exactly ``size`` bytes of UTF-8."""
+    body = payload(workflow=workflow)
+    body["features"][0]["properties"] = {"blob": ""}
+    base = len(ProcessPayload.model_validate(body).execution_input().encode("utf-8"))
+    body["features"][0]["properties"] = {"blob": "x" * (size - base)}
+    model = ProcessPayload.model_validate(body)
+    assert len(model.execution_input().encode("utf-8")) == size
+    return model
+
+
+def test_an_express_input_is_inline_up_to_100000_bytes_and_by_pointer_past_them(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN an Express workflow and a payload bucket
+    aws.s3.create_bucket(Bucket="deptrack-payloads")
+    monkeypatch.setenv("DEPTRACK_PAYLOAD_BUCKET", "deptrack-payloads")
+    settings.get_settings.cache_clear()
+    process_flow.cache_clear()
+    express_workflow(aws)
+    runs = process_flow().runs
+    limit = runs_module.MAX_EXPRESS_INLINE_INPUT_BYTES
+    # THEN an input of exactly the limit goes inline, one byte more by pointer
+    assert json.loads(runs.input(sized("quick", limit), 1))["id"] == payload_id(workflow="quick")
+    assert list(json.loads(runs.input(sized("quick", limit + 1), 1))) == ["url"]
+
+
+def test_an_express_report_of_the_largest_inline_input_fits_one_sqs_message() -> None:
+    # GIVEN the largest inline Express input, made of the characters JSON escaping doubles
+    # (simulate-express's report carries it as States.JsonToString($$.Execution.Input), a
+    # string inside the message body, so each quote and backslash is escaped once more)
+    limit = runs_module.MAX_EXPRESS_INLINE_INPUT_BYTES
+    worst = json.dumps({"blob": '"\\' * ((limit - 12) // 4)})
+    assert limit - 8 <= len(worst.encode("utf-8")) <= limit
+    name = "x" * 80
+    arn = f"arn:aws:states:us-east-1:123456789012:express:{'m' * 80}:{name}:{'0' * 36}"
+    report = {
+        "status_report": {
+            "executionArn": arn,
+            "stateMachineArn": f"arn:aws:states:us-east-1:123456789012:stateMachine:{'m' * 80}",
+            "name": name,
+            "status": "FAILED",
+            "input": worst,
+            "error": "e" * 256,
+            "cause": "",
+        }
+    }
+    # THEN the message, with the longest name and error, is within SQS's 256 KiB
+    assert len(json.dumps(report).encode("utf-8")) <= limits.SQS_DEFAULT_MAX_MESSAGE_BYTES
