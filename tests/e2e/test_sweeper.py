@@ -95,7 +95,6 @@ def test_a_discarded_stream_record_is_recovered_by_the_scheduled_sweeper(
         )
         (row,) = waiters(stack).waiters(pid)
         assert row.notified_at is None  # terminal, un-notified: left for good
-        invocations_before = schedule.invocations
         # WHEN the storm is over
         storm.active = False
         # THEN the sweeper, on its schedule, wakes the parent
@@ -109,8 +108,11 @@ def test_a_discarded_stream_record_is_recovered_by_the_scheduled_sweeper(
     assert [send.status for send in mine if send.status == 200] == [200]
     assert storm.refused >= 4  # the stream's four deliveries, each retried in place
     (done,) = waiters(stack).waiters(pid)
+    # The stream gave the record up (dead letter): the one sender left is the sweeper, on its
+    # schedule. (A sweep already under way when the storm ended may be the one: counting
+    # invocations from that moment raced with it, seen once in CI.)
     assert done.notify_outcome == "SENT:SUCCEEDED"
-    assert schedule.invocations > invocations_before
+    assert schedule.invocations >= 1
     assert schedule.failures == 0
 
 
