@@ -57,8 +57,9 @@ class StormAbout(SendStorm):
 def send_clients(stack: LocalStack) -> list[Any]:
     """The Step Functions clients both functions send through; their retries skip sleeps.
 
-    Usually one client (``clients.client`` caches it), but the pump threads may
-    have built their flows at the same moment, each with a client of its own.
+    One client: the stack builds every flow before its pump threads start, and
+    ``clients.client`` caches it. Collected by identity all the same, so that a
+    second client would be hooked too rather than silently missed.
     """
     found: list[Any] = []
     for flow in (callback.callback_flow(), sweeper.sweeper_flow().callback):

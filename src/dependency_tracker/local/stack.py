@@ -189,6 +189,7 @@ class EmbeddedStack:
             self._create(names)
             # Known only once the queue exists; read by update-state to chain steps.
             self._set_env({settings.ENV_PROCESS_QUEUE_URL: self.outputs["ProcessQueueUrl"]})
+            _build_flows()
             self._start_pumps()
         except BaseException:
             self.stop()
@@ -447,6 +448,19 @@ def _reset_caches() -> None:
     update_state.update_state_flow.cache_clear()
     callback.callback_flow.cache_clear()
     sweeper.sweeper_flow.cache_clear()
+
+
+def _build_flows() -> None:
+    """Build every handler's flow (and its clients) before the pump threads start.
+
+    ``functools.cache`` does not hold a lock: two pump threads missing it at once
+    would each build a flow with a client of its own, and a test that hooks "the"
+    client (a fault, a probe) would miss the other one.
+    """
+    process.process_flow()
+    update_state.update_state_flow()
+    callback.callback_flow()
+    sweeper.sweeper_flow()
 
 
 # The first name, kept as an alias: programs outside the project use it (design.md).
