@@ -21,6 +21,11 @@ ENV_CLAIM_LEASE_SECONDS = "DEPTRACK_CLAIM_LEASE_SECONDS"
 ENV_PROCESS_QUEUE_URL = "DEPTRACK_PROCESS_QUEUE_URL"
 ENV_CYCLE_DEPTH = "DEPTRACK_CYCLE_DEPTH"
 ENV_JOIN_CHUNK_SIZE = "DEPTRACK_JOIN_CHUNK_SIZE"
+# Cirrus mode (docs/cirrus.md): set the state table and the process queue of a cirrus-geo
+# v2 deployment, and the tracker forwards payloads there instead of running them itself.
+ENV_CIRRUS_STATE_TABLE = "DEPTRACK_CIRRUS_STATE_TABLE"
+ENV_CIRRUS_PROCESS_QUEUE_URL = "DEPTRACK_CIRRUS_PROCESS_QUEUE_URL"
+ENV_CIRRUS_PAYLOAD_BUCKET = "DEPTRACK_CIRRUS_PAYLOAD_BUCKET"
 ENV_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
 ENV_SERVICE_NAME = "POWERTOOLS_SERVICE_NAME"
 
@@ -56,6 +61,11 @@ class Settings(BaseModel, frozen=True):
             payloads (A waits on B waits on A is 2); 0 turns the check off.
         join_chunk_size: Members of a join registered (and started) per
             invocation; the rest continue through the process queue.
+        cirrus_state_table: cirrus mode: the cirrus-geo deployment's state table
+            (read, never written). Cirrus mode is on when this is set.
+        cirrus_process_queue_url: cirrus mode: where payloads are sent to be run.
+        cirrus_payload_bucket: cirrus mode: cirrus's payload bucket (output URLs,
+            and payloads too large for one message).
     """
 
     state_table: str
@@ -68,6 +78,14 @@ class Settings(BaseModel, frozen=True):
     process_queue_url: str | None = None
     cycle_depth: int = Field(default=DEFAULT_CYCLE_DEPTH, ge=0)
     join_chunk_size: int = Field(default=DEFAULT_JOIN_CHUNK_SIZE, ge=1, le=MAX_JOIN_CHUNK_SIZE)
+    cirrus_state_table: str | None = None
+    cirrus_process_queue_url: str | None = None
+    cirrus_payload_bucket: str | None = None
+
+    @property
+    def cirrus_mode(self) -> bool:
+        """True when a cirrus-geo deployment runs the payloads (docs/cirrus.md)."""
+        return self.cirrus_state_table is not None
 
     @classmethod
     def from_env(cls, **overrides: object) -> Self:
@@ -83,6 +101,9 @@ class Settings(BaseModel, frozen=True):
             "prefix": os.getenv(ENV_PREFIX) or DEFAULT_PREFIX,
             "payload_bucket": os.getenv(ENV_PAYLOAD_BUCKET) or None,
             "process_queue_url": os.getenv(ENV_PROCESS_QUEUE_URL) or None,
+            "cirrus_state_table": os.getenv(ENV_CIRRUS_STATE_TABLE) or None,
+            "cirrus_process_queue_url": os.getenv(ENV_CIRRUS_PROCESS_QUEUE_URL) or None,
+            "cirrus_payload_bucket": os.getenv(ENV_CIRRUS_PAYLOAD_BUCKET) or None,
         }
         for variable, field in (
             (ENV_WAITER_RETENTION_DAYS, "waiter_retention_days"),
@@ -105,6 +126,10 @@ class Settings(BaseModel, frozen=True):
         if not re.fullmatch(PREFIX_PATTERN, str(values["prefix"])):
             raise ConfigurationError(
                 ENV_PREFIX, "must be 1-20 lower-case letters and digits, starting with a letter"
+            )
+        if values["cirrus_state_table"] and not values["cirrus_process_queue_url"]:
+            raise ConfigurationError(
+                ENV_CIRRUS_PROCESS_QUEUE_URL, f"must be set with {ENV_CIRRUS_STATE_TABLE}"
             )
         return cls.model_validate(values)
 

@@ -6,7 +6,8 @@ final state *before* it reads the waiter rows. Whichever side runs second
 sees the other's write, so no waiter is left behind.
 
 How a payload is started, and what an attempt's expired lease leads to, is in
-flows/runs.py; joins are in flows/joins/.
+flows/runs.py; joins are in flows/joins/. In cirrus mode a cirrus-geo deployment
+runs the payloads instead (flows/cirrus.py): the same waiter rows, another runner.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dependency_tracker.errors import (
     InvalidMessageError,
     TransitionConflictError,
 )
+from dependency_tracker.flows.cirrus import CirrusRuns
 from dependency_tracker.flows.cycles import Cycle, CycleGuard
 from dependency_tracker.flows.joins.registration import JoinRegistration
 from dependency_tracker.flows.runs import Runs
@@ -86,6 +88,7 @@ class ProcessAction(StrEnum):
     INVALID = "invalid"  # the message was recorded as invalid
     JOINED = "joined"  # a join was registered and each member started, replayed or left
     REFUSED = "refused"  # the wait would close a dependency cycle: DependencyCycle sent
+    FORWARDED = "forwarded"  # cirrus mode: sent to cirrus's process queue to run
 
     @property
     def metric_name(self) -> str:
@@ -107,8 +110,10 @@ class ProcessFlow:
         cycles: CycleGuard | None = None,
         sqs: SQSClient | None = None,
         manifests: ManifestReader | None = None,
+        cirrus: CirrusRuns | None = None,
     ) -> None:
         self.settings = settings
+        self.cirrus = cirrus
         self.states = states
         self.dependencies = dependencies
         self._bucket = bucket
@@ -152,13 +157,17 @@ class ProcessFlow:
     def from_settings(cls, settings: Settings) -> Self:
         """Flow wired to the default boto3 clients."""
         dynamodb = client("dynamodb")
+        dependencies = DependencyTable(dynamodb, settings.dependency_table)
         return cls(
             settings=settings,
             states=StateTable(dynamodb, settings.state_table),
-            dependencies=DependencyTable(dynamodb, settings.dependency_table),
+            dependencies=dependencies,
             sfn=client("stepfunctions"),
             bucket=PayloadBucket(client("s3"), settings.payload_bucket),
             sqs=client("sqs"),
+            cirrus=(
+                CirrusRuns.from_settings(settings, dependencies) if settings.cirrus_mode else None
+            ),
         )
 
     def parse(
@@ -217,6 +226,10 @@ class ProcessFlow:
 
     def _wait_only(self, payload_id: str, waiter_id: str | None) -> ProcessAction:
         """Resolve a wait-only waiter if its payload already ended; never start it."""
+        if self.cirrus is not None:
+            action = ProcessAction(self.cirrus.wait_only(payload_id, waiter_id).value)
+            self._count(action, payload_id)
+            return action
         seen = self.states.get(payload_id)
         if waiter_id is None or seen is None or not seen.state.is_terminal:
             action = ProcessAction.WAITING
@@ -347,6 +360,11 @@ class ProcessFlow:
         seen: PayloadStateItem | _Unread | None = _UNREAD,
     ) -> ProcessAction:
         """Start, replay or leave one payload; re-read after every lost race."""
+        if self.cirrus is not None:
+            # cirrus claims and runs it; its own conditional claim settles the races.
+            action = ProcessAction(self.cirrus.settle(payload, row_id).value)
+            self._count(action, payload.id)
+            return action
         for _ in range(MAX_ROUNDS):
             if isinstance(seen, _Unread):
                 seen = self.states.get(payload.id)
@@ -416,6 +434,9 @@ class ProcessFlow:
 
     def check_startable(self, payload: ProcessPayload, task_token: str | None) -> None:
         """Refuse, before anything is written, a payload no execution could take."""
+        if self.cirrus is not None:
+            self.cirrus.check_runnable(payload, task_token)
+            return
         self.runs.check_startable(payload, task_token)
 
 

@@ -14,6 +14,11 @@ It also reports payloads held ``CLAIMED``/``PROCESSING`` past the claim lease
 (a log line each and the ``SweeperStuckPayloads`` metric). It starts nothing:
 the next message for such a payload takes the lease over.
 
+In cirrus mode cirrus holds the payloads' states; instead of that report, each
+payload whose rows still wait after ``sweeper_min_age_seconds`` is checked
+against cirrus's state table (:meth:`CirrusEvents.reconcile`, the event
+handler's own path): a workflow event that was lost resolves nothing, this does.
+
 Each run is bounded (pages per table and a time budget) and continues where the
 last one stopped (:class:`~dependency_tracker.stores.sweeps.CursorStore`).
 """
@@ -31,6 +36,7 @@ from dependency_tracker import naming
 from dependency_tracker.clients import client
 from dependency_tracker.errors import CallbackDeliveryError
 from dependency_tracker.flows.callback import CallbackAction, CallbackFlow
+from dependency_tracker.flows.cirrus import CirrusAction, CirrusEvents
 from dependency_tracker.flows.runs import lease_seconds
 from dependency_tracker.models import utcnow
 from dependency_tracker.observability import logger, metrics
@@ -48,7 +54,7 @@ if TYPE_CHECKING:
 WAITER_SHARE = 0.75
 # Stuck payloads named in the report (every one is logged and counted).
 MAX_STUCK_EXAMPLES = 20
-DEPENDENCIES, STATES = "dependencies", "states"
+DEPENDENCIES, STATES, WAITING = "dependencies", "states", "waiting"
 
 
 class SweepReport(BaseModel):
@@ -65,6 +71,8 @@ class SweepReport(BaseModel):
     failed: int = 0  # still refused: left for the next run
     stuck_payloads: int = 0
     stuck_examples: list[str] = Field(default_factory=list)
+    reconciled: int = 0  # cirrus mode: payloads found ended in cirrus's state table
+    reconciled_waiters: int = 0  # ... and the rows that resolved
     passes_completed: list[str] = Field(default_factory=list)
     budget_exhausted: bool = False
     seconds: float = 0.0
@@ -85,10 +93,12 @@ class SweeperFlow:
         sweeps: SweepStore,
         callback: CallbackFlow,
         cursors: CursorStore | None = None,
+        cirrus: CirrusEvents | None = None,
         clock: Callable[[], datetime] = utcnow,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
+        self.cirrus = cirrus
         self.sweeps = sweeps
         self.callback = callback
         self.cursors = cursors
@@ -109,6 +119,7 @@ class SweeperFlow:
             cursors=None
             if settings.payload_bucket is None
             else CursorStore(client("s3"), settings.payload_bucket),
+            cirrus=CirrusEvents.from_settings(settings) if settings.cirrus_mode else None,
         )
 
     def run(self, *, deadline: float | None = None) -> SweepReport:
@@ -127,7 +138,16 @@ class SweeperFlow:
             end=started + (end - started) * WAITER_SHARE,
             report=report,
         )
-        cursor.states = self._report_stuck(cursor.states, now=now, end=end, report=report)
+        if self.cirrus is None:
+            cursor.states = self._report_stuck(cursor.states, now=now, end=end, report=report)
+        else:
+            cursor.waiting = self._reconcile(
+                self.cirrus,
+                cursor.waiting,
+                registered_before=now - timedelta(seconds=self.settings.sweeper_min_age_seconds),
+                end=end,
+                report=report,
+            )
         self._save_cursor(cursor, unchanged=started_at_top and cursor.at_top)
         report.seconds = round(self._monotonic() - started, 3)
         _publish(report)
@@ -189,6 +209,48 @@ class SweeperFlow:
             report.recorded += 1
         else:
             report.skipped += 1
+
+    # ------------------------------------------------------------ cirrus mode
+
+    def _reconcile(
+        self,
+        cirrus: CirrusEvents,
+        start_key: dict[str, Any] | None,
+        *,
+        registered_before: datetime,
+        end: float,
+        report: SweepReport,
+    ) -> dict[str, Any] | None:
+        """Check each payload still waited on against cirrus's state table; the next key."""
+        key = start_key
+        for _ in range(self.settings.sweeper_max_pages):
+            if self._monotonic() >= end:
+                report.budget_exhausted = True
+                return key
+            payload_ids, page = self.sweeps.waiting_page(
+                registered_before=registered_before, start_key=key
+            )
+            self._count_page(DEPENDENCIES, page.scanned, page.read_units, report)
+            for payload_id in payload_ids:
+                try:
+                    action, resolved = cirrus.reconcile(payload_id)
+                except Exception:  # noqa: BLE001  (one payload must not end the sweep)
+                    logger.exception("sweeper could not reconcile a payload: next run retries")
+                    report.failed += 1
+                    continue
+                if action is CirrusAction.RESOLVED and resolved:
+                    report.reconciled += 1
+                    report.reconciled_waiters += resolved
+                    logger.warning(
+                        "sweeper resolved waiters whose cirrus event never came",
+                        extra={"payload_id": payload_id, "resolved": resolved},
+                    )
+            if page.next_key is None:
+                report.passes_completed.append(WAITING)
+                return None
+            key = page.next_key
+        report.budget_exhausted = True
+        return key
 
     # ------------------------------------------------------------ stuck payloads
 
@@ -285,6 +347,7 @@ def _publish(report: SweepReport) -> None:
         ("SweeperMembersRecorded", report.recorded),
         ("SweeperCallbacksFailed", report.failed),
         ("SweeperStuckPayloads", report.stuck_payloads),
+        ("SweeperCirrusReconciled", report.reconciled),
         ("SweeperPassesCompleted", len(report.passes_completed)),
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)

@@ -39,6 +39,9 @@ MAX_REFUSAL_CAUSE_CHARS = 16_384
 # without bursting past the table's (on-demand) write throughput.
 DEFAULT_RESOLVE_CONCURRENCY = 8
 
+# cirrus mode: the run (execution ARN) whose outcome a row no longer waits for.
+RERUN_AFTER = "rerun_after"
+
 
 class DependencyTable:
     """Registers, resolves and retires waiter rows."""
@@ -117,11 +120,20 @@ class DependencyTable:
         for page in self._pages(payload_id, only_pending=True):
             yield [(item.get(full) or item["waiter_id"])["S"] for item in page]
 
-    def resolve(self, payload_id: str, waiter_id: str, resolution: Resolution) -> bool:
+    def resolve(
+        self,
+        payload_id: str,
+        waiter_id: str,
+        resolution: Resolution,
+        *,
+        ended_run: str | None = None,
+    ) -> bool:
         """Move one waiter from ``PROCESSING`` to its final state.
 
         Returns False when the row was already resolved (or is gone): both
         sides of the ordering rule may try, and only the first write counts.
+        ``ended_run`` (cirrus mode) is the run the resolution comes from: a row
+        that waits for a run after it (:meth:`wait_after`) is left waiting.
         """
         now = utcnow()
         sets = [
@@ -143,6 +155,13 @@ class DependencyTable:
                 sets.append(f"#{name} = :{name}")
                 names[f"#{name}"] = name
                 plain[name] = value
+        condition = "workflow_state = :processing"
+        if ended_run is not None:
+            # A row waiting for a later run than the one that ended stays waiting.
+            condition += (
+                f" AND (attribute_not_exists({RERUN_AFTER}) OR {RERUN_AFTER} <> :ended_run)"
+            )
+            plain["ended_run"] = ended_run
         extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
         return (
             update_if(
@@ -150,9 +169,30 @@ class DependencyTable:
                 TableName=self.table_name,
                 Key=_key(payload_id, waiter_id),
                 UpdateExpression="SET " + ", ".join(sets),
-                ConditionExpression="workflow_state = :processing",
+                ConditionExpression=condition,
                 ExpressionAttributeValues=values(**plain),
                 **extra,
+            )
+            is not None
+        )
+
+    def wait_after(self, payload_id: str, waiter_id: str, run: str) -> bool:
+        """Mark a ``PROCESSING`` row as waiting for a run after ``run`` (cirrus mode).
+
+        A payload that had ended when its waiter arrived is sent to run again;
+        until that run ends, the old run's outcome (a late or repeated event)
+        must not answer this waiter. False when the row was resolved meanwhile.
+        """
+        return (
+            update_if(
+                self._client,
+                TableName=self.table_name,
+                Key=_key(payload_id, waiter_id),
+                UpdateExpression=f"SET {RERUN_AFTER} = :run, updated_at = :now",
+                ConditionExpression="workflow_state = :processing",
+                ExpressionAttributeValues=values(
+                    run=run, now=utcnow(), processing=PayloadState.PROCESSING.value
+                ),
             )
             is not None
         )
@@ -191,11 +231,16 @@ class DependencyTable:
             is not None
         )
 
-    def resolve_all(self, payload_id: str, resolution: Resolution) -> int:
-        """Resolve every still-``PROCESSING`` waiter of a payload; returns how many moved."""
+    def resolve_all(
+        self, payload_id: str, resolution: Resolution, *, ended_run: str | None = None
+    ) -> int:
+        """Resolve every still-``PROCESSING`` waiter of a payload; returns how many moved.
+
+        ``ended_run``: as in :meth:`resolve`.
+        """
 
         def resolve(waiter_id: str) -> bool:
-            return self.resolve(payload_id, waiter_id, resolution)
+            return self.resolve(payload_id, waiter_id, resolution, ended_run=ended_run)
 
         resolved = 0
         if self._resolve_concurrency == 1:

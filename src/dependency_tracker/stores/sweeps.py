@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, ValidationError
 
 from dependency_tracker.models import (
+    JOIN_ROW_KEY,
     TERMINAL_STATES,
     PayloadState,
     PayloadStateItem,
@@ -98,6 +99,34 @@ class SweepStore:
                 rows.append(row)
         return rows, page
 
+    def waiting_page(
+        self, *, registered_before: datetime, start_key: dict[str, Any] | None
+    ) -> tuple[list[str], ScanPage]:
+        """Payload ids of one page with rows still ``PROCESSING``, written before the cutoff.
+
+        Waiters and join memberships (not the joins' own rows): cirrus mode asks
+        cirrus's state table about each payload, in case its event was lost.
+        """
+        page = self._scan(
+            TableName=self.dependency_table,
+            FilterExpression="workflow_state = :processing AND updated_at < :cutoff",
+            ExpressionAttributeValues=values(
+                processing=PayloadState.PROCESSING.value, cutoff=registered_before
+            ),
+            start_key=start_key,
+        )
+        found: dict[str, None] = {}
+        for item in page.items:
+            if is_bookkeeping_item(item):
+                continue
+            try:
+                row = row_from_item(item)
+            except ValidationError:
+                continue  # reported by the unnotified pass
+            if row.waiter_id != JOIN_ROW_KEY and row.updated_at < registered_before:
+                found[row.payload_id] = None
+        return list(found), page
+
     def stuck_page(
         self, *, claimed_before: datetime, start_key: dict[str, Any] | None
     ) -> tuple[list[PayloadStateItem], ScanPage]:
@@ -144,12 +173,14 @@ class SweepCursor(BaseModel):
     state_table: str
     dependencies: dict[str, Any] | None = None
     states: dict[str, Any] | None = None
+    # cirrus mode: the dependency table again, for rows still waiting.
+    waiting: dict[str, Any] | None = None
     updated_at: datetime | None = None
 
     @property
     def at_top(self) -> bool:
-        """True when both sweeps start a new pass."""
-        return self.dependencies is None and self.states is None
+        """True when every sweep starts a new pass."""
+        return self.dependencies is None and self.states is None and self.waiting is None
 
 
 class CursorStore:

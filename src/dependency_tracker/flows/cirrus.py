@@ -1,0 +1,279 @@
+"""Cirrus mode: a cirrus-geo v2 deployment runs the payloads, the tracker keeps the waits.
+
+Two halves, one rule each (docs/cirrus.md):
+
+* **Process side** (:class:`CirrusRuns`, called by the process flow after the
+  waiter row is written): read cirrus's state table with a strongly
+  consistent read; replay a payload that ended (``SUCCEEDED``/``INVALID``,
+  unless ``replace``), leave one that is ``PROCESSING``, and send anything else
+  to cirrus's process queue. cirrus's own claim makes a second send harmless.
+* **Event side** (:class:`CirrusEvents`, fed by cirrus's workflow-event topic):
+  an event only says when to look; the state table says what happened. A
+  payload found ended resolves its waiters, as update-state does.
+
+The ordering rule holds across the two systems: the tracker writes the waiter
+row and then reads cirrus's table; cirrus writes its table and then publishes
+the event, and the event side reads the waiter rows after that. Whichever
+happens second sees the other's write.
+
+A waiter that arrived after its payload failed (or asked for ``replace``) is
+marked to wait for a run *after* the one it saw (``rerun_after``), so a late or
+repeated event about the old run does not answer it.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum, unique
+from typing import TYPE_CHECKING, Any, Self
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from dependency_tracker.clients import client
+from dependency_tracker.errors import InvalidMessageError
+from dependency_tracker.flows.results import INLINE_RESULT_BYTES
+from dependency_tracker.models import PayloadState, Resolution
+from dependency_tracker.models.cirrus import (
+    CirrusStateItem,
+    WorkflowEvent,
+    cirrus_id_problem,
+)
+from dependency_tracker.observability import logger, metrics
+from dependency_tracker.stores import DependencyTable
+from dependency_tracker.stores.cirrus import CirrusQueue, CirrusStateTable
+from dependency_tracker.text import clip
+
+if TYPE_CHECKING:
+    from dependency_tracker.models import ProcessPayload
+    from dependency_tracker.settings import Settings
+
+
+@unique
+class CirrusAction(StrEnum):
+    """What cirrus mode did with a payload (process side) or an event (event side)."""
+
+    FORWARDED = "forwarded"  # sent to cirrus's process queue
+    WAITING = "waiting"  # cirrus runs it; its event (or the sweeper) resolves the waiter
+    REPLAYED = "replayed"  # ended in cirrus: the waiter was resolved from cirrus's state
+    RESOLVED = "resolved"  # an event: cirrus's state says the payload ended
+    NOT_ENDED = "not_ended"  # an event, but cirrus's state says it has not ended (yet)
+    PROGRESS = "progress"  # an event about a claim or a start: nothing to do
+    REFUSED = "refused"  # cirrus refused the payload itself: waiters told INVALID
+    UNKNOWN = "unknown"  # an event type this version does not know
+
+    @property
+    def metric_name(self) -> str:
+        """CloudWatch metric counting this action, e.g. ``CirrusForwarded``."""
+        return "Cirrus" + self.value.title().replace("_", "")
+
+
+def resolution_of(
+    item: CirrusStateItem, *, replayed: bool, payload_bucket: str | None
+) -> Resolution:
+    """What a waiter learns from cirrus's item of an ended payload."""
+    state = item.state
+    if state.is_success:
+        return Resolution(
+            state=state,
+            execution_arn=item.last_execution,
+            replayed=replayed,
+            result_json=_result_json(item, payload_bucket),
+        )
+    error = (item.last_error or "").partition(": ")[0] or None
+    return Resolution(
+        state=state,
+        execution_arn=item.last_execution,
+        error=clip(error, 256),
+        cause=clip(item.last_error),
+        replayed=replayed,
+    )
+
+
+def _result_json(item: CirrusStateItem, payload_bucket: str | None) -> str:
+    """``{"items": [{"href"}...], "output_url": ...}``: cirrus's outputs, bounded.
+
+    cirrus records the output items' URLs (``outputs``) and keeps the output
+    payload in its bucket (``executions/{payload_id}/{execution id}/output.json``).
+    """
+    output_url = None
+    if payload_bucket and item.last_execution:
+        execution_id = item.last_execution.rpartition(":")[2]
+        output_url = (
+            f"s3://{payload_bucket}/executions/{item.payload_id}/{execution_id}/output.json"
+        )
+    hrefs = list(item.outputs or [])
+    result: dict[str, Any] = {"items": [{"href": href} for href in hrefs], "output_url": output_url}
+    text = json.dumps(result, sort_keys=True)
+    while len(text.encode("utf-8")) > INLINE_RESULT_BYTES and result["items"]:
+        # The output payload (output_url) names every item; the inline list is a courtesy.
+        result["items"] = result["items"][: len(result["items"]) // 2]
+        result.update(item_count=len(hrefs), truncated=True)
+        text = json.dumps(result, sort_keys=True)
+    return text
+
+
+class CirrusRuns:
+    """The process side: replay, leave or forward one payload whose waiter row is written."""
+
+    def __init__(
+        self,
+        *,
+        states: CirrusStateTable,
+        queue: CirrusQueue,
+        dependencies: DependencyTable,
+        payload_bucket: str | None = None,
+    ) -> None:
+        self.states = states
+        self.queue = queue
+        self.dependencies = dependencies
+        self.payload_bucket = payload_bucket
+
+    @classmethod
+    def from_settings(cls, settings: Settings, dependencies: DependencyTable) -> Self:
+        """Wired to the default boto3 clients; the settings must be in cirrus mode."""
+        if settings.cirrus_state_table is None or settings.cirrus_process_queue_url is None:
+            msg = "cirrus mode needs the cirrus state table and process queue"
+            raise ValueError(msg)
+        return cls(
+            states=CirrusStateTable(client("dynamodb"), settings.cirrus_state_table),
+            queue=CirrusQueue(
+                client("sqs"),
+                settings.cirrus_process_queue_url,
+                s3=client("s3"),
+                bucket=settings.cirrus_payload_bucket,
+            ),
+            dependencies=dependencies,
+            payload_bucket=settings.cirrus_payload_bucket,
+        )
+
+    @staticmethod
+    def check_runnable(payload: ProcessPayload, task_token: str | None) -> None:
+        """Refuse, before anything is written, a payload cirrus would refuse.
+
+        Raises:
+            InvalidMessageError: cirrus cannot run this payload id or workflow.
+        """
+        problem = cirrus_id_problem(payload.id, payload.workflow)
+        if problem is not None:
+            raise InvalidMessageError(problem, task_token=task_token, payload_id=payload.id)
+
+    def settle(self, payload: ProcessPayload, row_id: str | None) -> CirrusAction:
+        """Replay, leave or forward ``payload``; ``row_id`` is its waiter's row, if any.
+
+        Raises:
+            InvalidMessageError: Too large to forward (no cirrus payload bucket).
+        """
+        seen = self.states.get(payload.id)
+        ended = seen is not None and seen.state.is_terminal
+        if seen is not None and ended and not seen.state.reruns and not payload.replace:
+            if row_id is not None:
+                resolution = resolution_of(seen, replayed=True, payload_bucket=self.payload_bucket)
+                self.dependencies.resolve(payload.id, row_id, resolution)
+            return CirrusAction.REPLAYED
+        if seen is not None and seen.state is PayloadState.PROCESSING and not payload.replace:
+            return CirrusAction.WAITING
+        if seen is not None and ended and seen.last_execution and row_id is not None:
+            # The outcome on record is the run this waiter asks to repeat.
+            self.dependencies.wait_after(payload.id, row_id, seen.last_execution)
+        # Absent, FAILED, ABORTED, a claim (whose claimer may have died: cirrus takes
+        # it over), or replace: cirrus decides, and its claim keeps it to one run.
+        self._forward(payload)
+        return CirrusAction.FORWARDED
+
+    def wait_only(self, payload_id: str, row_id: str | None) -> CirrusAction:
+        """A wait-only waiter: resolve it if cirrus's payload ended; never forward."""
+        seen = self.states.get(payload_id)
+        if row_id is None or seen is None or not seen.state.is_terminal:
+            return CirrusAction.WAITING
+        resolution = resolution_of(seen, replayed=True, payload_bucket=self.payload_bucket)
+        self.dependencies.resolve(payload_id, row_id, resolution)
+        return CirrusAction.REPLAYED
+
+    def _forward(self, payload: ProcessPayload) -> None:
+        # The id travels with the payload: cirrus keeps an id it is given, so both
+        # systems name the payload alike whatever their id rules.
+        body = payload.model_dump(mode="json", exclude_none=True)
+        body["id"] = payload.id
+        try:
+            how = self.queue.send(body)
+        except ValueError as exc:
+            raise InvalidMessageError(str(exc), payload_id=payload.id) from exc
+        logger.info("sent to cirrus", extra={"payload_id": payload.id, "how": how})
+
+
+class CirrusEvents:
+    """The event side: cirrus's workflow events, checked against cirrus's state table."""
+
+    def __init__(
+        self,
+        *,
+        states: CirrusStateTable,
+        dependencies: DependencyTable,
+        payload_bucket: str | None = None,
+    ) -> None:
+        self.states = states
+        self.dependencies = dependencies
+        self.payload_bucket = payload_bucket
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """Wired to the default boto3 clients; the settings must be in cirrus mode."""
+        if settings.cirrus_state_table is None:
+            msg = "cirrus mode needs the cirrus state table"
+            raise ValueError(msg)
+        dynamodb = client("dynamodb")
+        return cls(
+            states=CirrusStateTable(dynamodb, settings.cirrus_state_table),
+            dependencies=DependencyTable(dynamodb, settings.dependency_table),
+            payload_bucket=settings.cirrus_payload_bucket,
+        )
+
+    def handle(self, event: WorkflowEvent) -> CirrusAction:
+        """Act on one workflow event (any number of times: the outcome is the same)."""
+        kind = event.kind
+        if kind is None:
+            action, resolved = CirrusAction.UNKNOWN, 0
+        elif kind.refused:
+            action, resolved = self._refused(event)
+        elif kind.may_end:
+            action, resolved = self.reconcile(event.payload_id)
+        else:
+            action, resolved = CirrusAction.PROGRESS, 0
+        logger.info(
+            "cirrus event handled",
+            extra={
+                "event_type": event.event_type,
+                "payload_id": event.payload_id,
+                "action": action.value,
+                "resolved": resolved,
+            },
+        )
+        metrics.add_metric(name=action.metric_name, unit=MetricUnit.Count, value=1)
+        if resolved:
+            metrics.add_metric(name="WaitersResolved", unit=MetricUnit.Count, value=resolved)
+        return action
+
+    def reconcile(self, payload_id: str) -> tuple[CirrusAction, int]:
+        """Resolve the payload's waiters if cirrus's state table says it ended."""
+        seen = self.states.get(payload_id)
+        if seen is None or not seen.state.is_terminal:
+            # A late event about a run cirrus has since replaced, or a state not yet
+            # visible to this reader: the next event (or the sweeper) looks again.
+            return CirrusAction.NOT_ENDED, 0
+        resolution = resolution_of(seen, replayed=False, payload_bucket=self.payload_bucket)
+        resolved = self.dependencies.resolve_all(
+            payload_id, resolution, ended_run=seen.last_execution
+        )
+        return CirrusAction.RESOLVED, resolved
+
+    def _refused(self, event: WorkflowEvent) -> tuple[CirrusAction, int]:
+        """The payload cirrus could not read: tell its waiters, or they wait to the end."""
+        if self.states.get(event.payload_id) is not None:
+            # cirrus knows the payload: whatever was refused, its state is the truth.
+            return self.reconcile(event.payload_id)
+        resolution = Resolution(
+            state=PayloadState.INVALID,
+            error=event.event_type,
+            cause=clip(event.error or "cirrus refused the payload"),
+        )
+        return CirrusAction.REFUSED, self.dependencies.resolve_all(event.payload_id, resolution)
