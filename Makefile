@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp
 
-.PHONY: venv constraints lint format test test-unit test-e2e demo check clean bench bench-smoke chaos
+.PHONY: venv venv-cirrus constraints lint format test test-unit test-e2e test-cirrus demo check clean \
+	bench bench-smoke chaos
 
 venv: $(STAMP)
 
@@ -17,6 +18,47 @@ $(STAMP): pyproject.toml constraints.txt
 
 constraints:
 	$(BIN)/python -m pip freeze --exclude-editable > constraints.txt
+
+# The cirrus tier (tests/cirrus) runs cirrus-geo 2.0.0's own process and update_state Lambdas
+# in the embedded stack; cirrus-geo needs Python >= 3.12, so the tier has a venv of its own:
+# the project as in .venv (constraints.txt), plus cirrus-geo and what its Lambdas import
+# (constraints-cirrus.txt, installed --no-deps: see the file). PYTHON_CIRRUS picks the
+# interpreter; by default the first that runs and is >= 3.12 of: python3.12 on PATH (a pyenv
+# shim may exist and still fail), the newest pyenv 3.12.x, the newest pyenv 3.13.x.
+CIRRUS_VENV := .venv-cirrus
+CIRRUS_BIN := $(CIRRUS_VENV)/bin
+CIRRUS_STAMP := $(CIRRUS_VENV)/.stamp
+_PYENV_ROOTS := $(sort /root/.pyenv $(HOME)/.pyenv $(PYENV_ROOT))
+PYTHON_CIRRUS ?= $(shell for p in python3.12 \
+	$$(ls -d $(foreach r,$(_PYENV_ROOTS),$(r)/versions/3.12*/bin/python3.12) 2>/dev/null | sort -rV) \
+	$$(ls -d $(foreach r,$(_PYENV_ROOTS),$(r)/versions/3.13*/bin/python3.13) 2>/dev/null | sort -rV); do \
+	"$$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo "$$p"; break; }; \
+	done)
+# Both handlers must import (cirrus builds boto3 clients at import: it needs a region).
+CIRRUS_IMPORT_CHECK := AWS_DEFAULT_REGION=us-east-1 CIRRUS_LOG_LEVEL=WARNING $(CIRRUS_BIN)/python -c \
+	'import cirrus.lambda_functions.process, cirrus.lambda_functions.update_state'
+
+venv-cirrus: $(CIRRUS_STAMP)
+
+$(CIRRUS_STAMP): pyproject.toml constraints.txt constraints-cirrus.txt
+	@test -x $(CIRRUS_BIN)/python || { \
+		py='$(PYTHON_CIRRUS)'; \
+		if [ -z "$$py" ] || ! "$$py" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then \
+			echo "make venv-cirrus: cirrus-geo 2.0.0 needs Python >= 3.12 and none was found" \
+				"(looked for python3.12 on PATH and pyenv 3.12/3.13 under $(_PYENV_ROOTS))." \
+				"Install one, or name it: make venv-cirrus PYTHON_CIRRUS=/path/to/python3.12" >&2; \
+			exit 1; \
+		fi; \
+		echo "$$py -m venv $(CIRRUS_VENV)"; \
+		"$$py" -m venv $(CIRRUS_VENV); \
+	}
+	@# Git ignores the venv from inside (as Python 3.13's venv does): no .gitignore entry needed.
+	@echo '*' > $(CIRRUS_VENV)/.gitignore
+	$(CIRRUS_BIN)/python -m pip install --quiet --upgrade pip
+	$(CIRRUS_BIN)/python -m pip install --quiet -c constraints.txt -e '.[local,cli,dev]'
+	$(CIRRUS_BIN)/python -m pip install --quiet --no-deps -r constraints-cirrus.txt
+	$(CIRRUS_IMPORT_CHECK)
+	touch $(CIRRUS_STAMP)
 
 # cfn-lint runs twice: on template.yaml, and on the template as CloudFormation receives it
 # after the SAM transform (cfn-lint 1.x does not run the transform itself), which holds the
@@ -39,8 +81,10 @@ format: venv
 PYTEST_WORKERS ?= 2
 PYTEST_PARALLEL = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
-test: venv
+# The main suite (tests/cirrus is not collected in .venv), then the cirrus tier in .venv-cirrus.
+test: venv venv-cirrus
 	$(BIN)/pytest $(PYTEST_PARALLEL)
+	DEPTRACK_CIRRUS_TIER=1 $(CIRRUS_BIN)/pytest $(PYTEST_PARALLEL) tests/cirrus
 
 test-unit: venv
 	$(BIN)/pytest $(PYTEST_PARALLEL) tests/unit
@@ -48,13 +92,18 @@ test-unit: venv
 test-e2e: venv
 	$(BIN)/pytest $(PYTEST_PARALLEL) tests/e2e
 
+# cirrus-geo 2.0.0's own Lambdas in the embedded stack (DEPTRACK_CIRRUS_TIER=1: a cirrus that
+# does not import is an error here, never a skip).
+test-cirrus: venv-cirrus
+	DEPTRACK_CIRRUS_TIER=1 $(CIRRUS_BIN)/pytest $(PYTEST_PARALLEL) tests/cirrus
+
 demo: venv
 	$(BIN)/dependency-tracker demo $(DEMO_ARGS)
 
 check: lint test
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(CIRRUS_VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info src/*.egg-info
 
 # Benchmarks and cost model (docs/performance.md): about 30 minutes, writes bench/results.json.
 # Joins at scale run at 100, 1,000 and 2,000 members; BENCH_ARGS=--join-sizes=100,1000,2000,5000
