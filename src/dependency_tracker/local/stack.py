@@ -18,7 +18,7 @@ import boto3
 from moto import mock_aws
 
 from dependency_tracker import clients, definitions, limits, settings
-from dependency_tracker.handlers import callback, process, sweeper, update_state
+from dependency_tracker.handlers import callback, cirrus_events, process, sweeper, update_state
 from dependency_tracker.local.moto_costs import aws_like_costs
 from dependency_tracker.local.pumps import (
     ExecutionPump,
@@ -37,6 +37,8 @@ from dependency_tracker.stores.schema import create_tables
 if TYPE_CHECKING:
     from pathlib import Path
     from types import TracebackType
+
+    from dependency_tracker.local.cirrus import CirrusDeployment
 
 ACCOUNT = "123456789012"
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/deptrack-local"
@@ -75,6 +77,14 @@ class EmbeddedStack:
     overrides how long it leaves a terminal row to the stream (the deployed
     default, 15 minutes, is long for a test).
 
+    With ``cirrus`` (a cirrus-geo prefix, or True for ``cirrus``) the stack runs
+    in cirrus mode (docs/cirrus.md) beside a cirrus-geo v2 deployment laid out
+    as cirrus's CloudFormation lays it out, whose own ``process`` and
+    ``update_state`` Lambdas (the installed ``cirrus-geo`` package; Python 3.12+)
+    run on its queue and its state machines' status changes. ``cirrus`` is then
+    the :class:`~dependency_tracker.local.cirrus.CirrusDeployment`, and
+    ``outputs`` also holds its ``Cirrus*`` names and ``CirrusEventQueueUrl``.
+
     Example:
         >>> with EmbeddedStack(prefix="deptrack") as stack:  # doctest: +SKIP
         ...     stack.client("sqs").send_message(QueueUrl=stack.outputs["ProcessQueueUrl"], ...)
@@ -98,8 +108,13 @@ class EmbeddedStack:
         strict: bool | None = None,
         sweeper_interval: float | None = DEFAULT_SWEEPER_INTERVAL_SECONDS,
         sweeper_min_age_seconds: int | None = None,
+        cirrus: bool | str = False,
     ) -> None:
         self.prefix = prefix
+        self._cirrus_prefix = (
+            None if cirrus is False else ("cirrus" if cirrus is True else str(cirrus))
+        )
+        self.cirrus: CirrusDeployment | None = None
         self.region = region
         self._definitions_dir = definitions_dir
         self._poll_interval = poll_interval
@@ -189,6 +204,8 @@ class EmbeddedStack:
             self._create(names)
             # Known only once the queue exists; read by update-state to chain steps.
             self._set_env({settings.ENV_PROCESS_QUEUE_URL: self.outputs["ProcessQueueUrl"]})
+            if self._cirrus_prefix is not None:
+                self._create_cirrus(self._cirrus_prefix)
             _build_flows()
             self._start_pumps()
         except BaseException:
@@ -365,6 +382,44 @@ class EmbeddedStack:
         if self.endpoint_url is not None:
             self.outputs["EndpointUrl"] = self.endpoint_url
 
+    def _create_cirrus(self, cirrus_prefix: str) -> None:
+        """Lay out cirrus's deployment, and the tracker's queue on its workflow-event topic."""
+        from dependency_tracker.local.cirrus import CirrusDeployment  # noqa: PLC0415
+
+        deployment = self.cirrus = CirrusDeployment(
+            prefix=cirrus_prefix, region=self.region, account=ACCOUNT
+        )
+        deployment.create(self.client)
+        found = deployment.outputs
+        sqs = self.client("sqs")
+        events_url, events_dlq_url = self._queue_with_dlq(
+            sqs, f"{self.prefix}-cirrus-events", f"{self.prefix}-cirrus-events-dlq"
+        )
+        events_arn = _queue_arn(sqs, events_url)
+        # As the template subscribes it: raw delivery, the body is cirrus's event itself.
+        self.client("sns").subscribe(
+            TopicArn=found["CirrusWorkflowEventTopicArn"],
+            Protocol="sqs",
+            Endpoint=events_arn,
+            Attributes={"RawMessageDelivery": "true"},
+        )
+        self.outputs.update(
+            {
+                **found,
+                "CirrusEventQueueUrl": events_url,
+                "CirrusEventQueueArn": events_arn,
+                "CirrusEventDlqUrl": events_dlq_url,
+            }
+        )
+        self._set_env(deployment.environment())
+        self._set_env(
+            {
+                settings.ENV_CIRRUS_STATE_TABLE: found["CirrusStateTableName"],
+                settings.ENV_CIRRUS_PROCESS_QUEUE_URL: found["CirrusProcessQueueUrl"],
+                settings.ENV_CIRRUS_PAYLOAD_BUCKET: found["CirrusPayloadBucketName"],
+            }
+        )
+
     def _queue_with_dlq(self, sqs: Any, name: str, dlq_name: str) -> tuple[str, str]:
         """A queue whose failed messages reach ``dlq_name`` after ``max_receive_count``."""
         dlq_url = str(sqs.create_queue(QueueName=dlq_name)["QueueUrl"])
@@ -423,6 +478,17 @@ class EmbeddedStack:
             region=self.region,
             account=ACCOUNT,
         )
+        if self.cirrus is not None:
+            self.pumps["cirrus-events"] = SqsPump(
+                sqs=self.client("sqs"),
+                queue_url=self.outputs["CirrusEventQueueUrl"],
+                queue_arn=self.outputs["CirrusEventQueueArn"],
+                handler=invoker.wrap(cirrus_events.lambda_handler),
+                region=self.region,
+                function_name="cirrus-events",
+                name="cirrus-events",
+            )
+            self.pumps.update(self.cirrus.pumps(client=self.client, wrap=invoker.wrap))
         pumps: list[Pump] = list(self.pumps.values())
         if self._sweeper_interval is not None:
             self.pumps["sweeper"] = self._sweeper
@@ -448,6 +514,7 @@ def _reset_caches() -> None:
     update_state.update_state_flow.cache_clear()
     callback.callback_flow.cache_clear()
     sweeper.sweeper_flow.cache_clear()
+    cirrus_events.cirrus_events_flow.cache_clear()
 
 
 def _build_flows() -> None:
@@ -461,6 +528,8 @@ def _build_flows() -> None:
     update_state.update_state_flow()
     callback.callback_flow()
     sweeper.sweeper_flow()
+    if settings.get_settings().cirrus_mode:
+        cirrus_events.cirrus_events_flow()
 
 
 # The first name, kept as an alias: programs outside the project use it (design.md).
