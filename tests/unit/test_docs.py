@@ -39,7 +39,7 @@ from dependency_tracker.models import (
 )
 from dependency_tracker.models.outputs import CallbackSuccess
 from tests.unit.docs_blocks import ROOT, Block, blocks, cli_invocations, markdown_files
-from tests.unit.template_contract.cfn import load_template
+from tests.unit.template_contract.cfn import Stack, load_template
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -70,10 +70,17 @@ def template() -> dict[str, Any]:
 
 
 def resources(kind: str) -> dict[str, dict[str, Any]]:
+    """The resources of one type a deployment with the default parameters creates.
+
+    Cirrus mode's (``Condition: CirrusMode``) are left out: deploy.md counts them in its
+    own section, checked by ``template_contract/test_cirrus_mode.py``.
+    """
+    stack = Stack(template())
     return {
         name: resource
         for name, resource in template()["Resources"].items()
         if resource["Type"] == kind
+        and ("Condition" not in resource or stack.condition(resource["Condition"]))
     }
 
 

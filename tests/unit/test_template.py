@@ -789,6 +789,7 @@ EVERYTHING_ON = {
     "ExtraPayloadReadArns": "arn:aws:s3:::shared-payloads/incoming/*",
     "AlarmEmail": "ops@example.com",
     "AlarmTopicKmsKeyArn": ALARM_KEY,
+    "CirrusPrefix": "cirrus",
 }
 # The only actions any role may hold on Resource "*": each is one AWS offers no narrower
 # resource for (no resource-level permissions). Every entry must have its row in
@@ -860,6 +861,7 @@ NO_DATA_AT_REST = {
     "AWS::SQS::QueuePolicy",
     "AWS::S3::BucketPolicy",
     "AWS::CloudWatch::Alarm",
+    "AWS::SNS::Subscription",  # cirrus mode: a topic's delivery to the cirrus-events queue
 }
 
 
@@ -1382,7 +1384,7 @@ def test_every_queue_refuses_plain_http(
 ) -> None:
     stack = Stack(document(name, template, transformed), EVERYTHING_ON)
     queues = stack.of_type("AWS::SQS::Queue")
-    assert len(queues) == 6
+    assert len(queues) == 8  # with cirrus mode's cirrus-events queue and its DLQ
     policies = {
         logical_id: stack.resolved_properties(logical_id)
         for logical_id in stack.of_type("AWS::SQS::QueuePolicy")
