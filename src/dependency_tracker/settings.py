@@ -26,6 +26,9 @@ ENV_JOIN_CHUNK_SIZE = "DEPTRACK_JOIN_CHUNK_SIZE"
 ENV_CIRRUS_STATE_TABLE = "DEPTRACK_CIRRUS_STATE_TABLE"
 ENV_CIRRUS_PROCESS_QUEUE_URL = "DEPTRACK_CIRRUS_PROCESS_QUEUE_URL"
 ENV_CIRRUS_PAYLOAD_BUCKET = "DEPTRACK_CIRRUS_PAYLOAD_BUCKET"
+ENV_CIRRUS_PAYLOAD_ROOT_PREFIX = "DEPTRACK_CIRRUS_PAYLOAD_ROOT_PREFIX"
+# cirrus-geo's PayloadRootPrefix default: its payloads live under "{root}/executions/...".
+DEFAULT_CIRRUS_PAYLOAD_ROOT_PREFIX = "cirrus"
 ENV_METRICS_NAMESPACE = "POWERTOOLS_METRICS_NAMESPACE"
 ENV_SERVICE_NAME = "POWERTOOLS_SERVICE_NAME"
 
@@ -66,6 +69,7 @@ class Settings(BaseModel, frozen=True):
         cirrus_process_queue_url: cirrus mode: where payloads are sent to be run.
         cirrus_payload_bucket: cirrus mode: cirrus's payload bucket (output URLs,
             and payloads too large for one message).
+        cirrus_payload_root_prefix: cirrus mode: cirrus's ``PayloadRootPrefix``.
     """
 
     state_table: str
@@ -81,6 +85,15 @@ class Settings(BaseModel, frozen=True):
     cirrus_state_table: str | None = None
     cirrus_process_queue_url: str | None = None
     cirrus_payload_bucket: str | None = None
+    cirrus_payload_root_prefix: str = DEFAULT_CIRRUS_PAYLOAD_ROOT_PREFIX
+
+    @property
+    def cirrus_executions_url(self) -> str | None:
+        """Where cirrus keeps each run's input and output payloads (``s3://...``)."""
+        if self.cirrus_payload_bucket is None:
+            return None
+        root = self.cirrus_payload_root_prefix.strip("/")
+        return f"s3://{self.cirrus_payload_bucket}/{root}/executions"
 
     @property
     def cirrus_mode(self) -> bool:
@@ -104,6 +117,8 @@ class Settings(BaseModel, frozen=True):
             "cirrus_state_table": os.getenv(ENV_CIRRUS_STATE_TABLE) or None,
             "cirrus_process_queue_url": os.getenv(ENV_CIRRUS_PROCESS_QUEUE_URL) or None,
             "cirrus_payload_bucket": os.getenv(ENV_CIRRUS_PAYLOAD_BUCKET) or None,
+            "cirrus_payload_root_prefix": os.getenv(ENV_CIRRUS_PAYLOAD_ROOT_PREFIX)
+            or DEFAULT_CIRRUS_PAYLOAD_ROOT_PREFIX,
         }
         for variable, field in (
             (ENV_WAITER_RETENTION_DAYS, "waiter_retention_days"),

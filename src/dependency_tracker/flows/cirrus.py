@@ -37,6 +37,7 @@ from dependency_tracker.models.cirrus import (
     CirrusStateItem,
     WorkflowEvent,
     cirrus_id_problem,
+    is_cirrus_id,
 )
 from dependency_tracker.observability import logger, metrics
 from dependency_tracker.stores import DependencyTable
@@ -60,6 +61,7 @@ class CirrusAction(StrEnum):
     PROGRESS = "progress"  # an event about a claim or a start: nothing to do
     REFUSED = "refused"  # cirrus refused the payload itself: waiters told INVALID
     UNKNOWN = "unknown"  # an event type this version does not know
+    NO_PAYLOAD = "no_payload"  # an event about no payload a waiter could wait on
 
     @property
     def metric_name(self) -> str:
@@ -68,7 +70,7 @@ class CirrusAction(StrEnum):
 
 
 def resolution_of(
-    item: CirrusStateItem, *, replayed: bool, payload_bucket: str | None
+    item: CirrusStateItem, *, replayed: bool, executions_url: str | None
 ) -> Resolution:
     """What a waiter learns from cirrus's item of an ended payload."""
     state = item.state
@@ -77,7 +79,7 @@ def resolution_of(
             state=state,
             execution_arn=item.last_execution,
             replayed=replayed,
-            result_json=_result_json(item, payload_bucket),
+            result_json=_result_json(item, executions_url),
         )
     error = (item.last_error or "").partition(": ")[0] or None
     return Resolution(
@@ -89,18 +91,17 @@ def resolution_of(
     )
 
 
-def _result_json(item: CirrusStateItem, payload_bucket: str | None) -> str:
+def _result_json(item: CirrusStateItem, executions_url: str | None) -> str:
     """``{"items": [{"href"}...], "output_url": ...}``: cirrus's outputs, bounded.
 
-    cirrus records the output items' URLs (``outputs``) and keeps the output
-    payload in its bucket (``executions/{payload_id}/{execution id}/output.json``).
+    cirrus keeps each run's output payload in its bucket
+    (``{root}/executions/{payload_id}/{execution id}/output.json``) and may
+    record the output items' URLs (``outputs``; cirrus-geo 2.0.0's Lambdas do not).
     """
     output_url = None
-    if payload_bucket and item.last_execution:
+    if executions_url and item.last_execution:
         execution_id = item.last_execution.rpartition(":")[2]
-        output_url = (
-            f"s3://{payload_bucket}/executions/{item.payload_id}/{execution_id}/output.json"
-        )
+        output_url = f"{executions_url}/{item.payload_id}/{execution_id}/output.json"
     hrefs = list(item.outputs or [])
     result: dict[str, Any] = {"items": [{"href": href} for href in hrefs], "output_url": output_url}
     text = json.dumps(result, sort_keys=True)
@@ -121,12 +122,12 @@ class CirrusRuns:
         states: CirrusStateTable,
         queue: CirrusQueue,
         dependencies: DependencyTable,
-        payload_bucket: str | None = None,
+        executions_url: str | None = None,
     ) -> None:
         self.states = states
         self.queue = queue
         self.dependencies = dependencies
-        self.payload_bucket = payload_bucket
+        self.executions_url = executions_url
 
     @classmethod
     def from_settings(cls, settings: Settings, dependencies: DependencyTable) -> Self:
@@ -143,7 +144,7 @@ class CirrusRuns:
                 bucket=settings.cirrus_payload_bucket,
             ),
             dependencies=dependencies,
-            payload_bucket=settings.cirrus_payload_bucket,
+            executions_url=settings.cirrus_executions_url,
         )
 
     @staticmethod
@@ -167,7 +168,7 @@ class CirrusRuns:
         ended = seen is not None and seen.state.is_terminal
         if seen is not None and ended and not seen.state.reruns and not payload.replace:
             if row_id is not None:
-                resolution = resolution_of(seen, replayed=True, payload_bucket=self.payload_bucket)
+                resolution = resolution_of(seen, replayed=True, executions_url=self.executions_url)
                 self.dependencies.resolve(payload.id, row_id, resolution)
             return CirrusAction.REPLAYED
         if seen is not None and seen.state is PayloadState.PROCESSING and not payload.replace:
@@ -185,7 +186,7 @@ class CirrusRuns:
         seen = self.states.get(payload_id)
         if row_id is None or seen is None or not seen.state.is_terminal:
             return CirrusAction.WAITING
-        resolution = resolution_of(seen, replayed=True, payload_bucket=self.payload_bucket)
+        resolution = resolution_of(seen, replayed=True, executions_url=self.executions_url)
         self.dependencies.resolve(payload_id, row_id, resolution)
         return CirrusAction.REPLAYED
 
@@ -209,11 +210,11 @@ class CirrusEvents:
         *,
         states: CirrusStateTable,
         dependencies: DependencyTable,
-        payload_bucket: str | None = None,
+        executions_url: str | None = None,
     ) -> None:
         self.states = states
         self.dependencies = dependencies
-        self.payload_bucket = payload_bucket
+        self.executions_url = executions_url
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
@@ -225,7 +226,7 @@ class CirrusEvents:
         return cls(
             states=CirrusStateTable(dynamodb, settings.cirrus_state_table),
             dependencies=DependencyTable(dynamodb, settings.dependency_table),
-            payload_bucket=settings.cirrus_payload_bucket,
+            executions_url=settings.cirrus_executions_url,
         )
 
     def handle(self, event: WorkflowEvent) -> CirrusAction:
@@ -233,6 +234,9 @@ class CirrusEvents:
         kind = event.kind
         if kind is None:
             action, resolved = CirrusAction.UNKNOWN, 0
+        elif not is_cirrus_id(event.payload_id):
+            # "unknown" (a body cirrus could not read) or an id no waiter can hold.
+            action, resolved = CirrusAction.NO_PAYLOAD, 0
         elif kind.refused:
             action, resolved = self._refused(event)
         elif kind.may_end:
@@ -260,7 +264,7 @@ class CirrusEvents:
             # A late event about a run cirrus has since replaced, or a state not yet
             # visible to this reader: the next event (or the sweeper) looks again.
             return CirrusAction.NOT_ENDED, 0
-        resolution = resolution_of(seen, replayed=False, payload_bucket=self.payload_bucket)
+        resolution = resolution_of(seen, replayed=False, executions_url=self.executions_url)
         resolved = self.dependencies.resolve_all(
             payload_id, resolution, ended_run=seen.last_execution
         )

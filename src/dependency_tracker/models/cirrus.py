@@ -33,8 +33,19 @@ def cirrus_key(payload_id: str) -> dict[str, str]:
     return {"collections_workflow": f"{collections}_{workflow}", "itemids": itemids}
 
 
+def is_cirrus_id(payload_id: str) -> bool:
+    """True when cirrus can key this id (events about ``"unknown"`` payloads cannot)."""
+    return payload_id.count("/workflow-") == 1 and bool(CIRRUS_PAYLOAD_ID.fullmatch(payload_id))
+
+
 def cirrus_id_problem(payload_id: str, workflow: str) -> str | None:
     """Why cirrus would refuse this payload id or workflow name; None when it would not."""
+    if payload_id.count("/workflow-") > 1:
+        # cirrus's key takes the part between the first two: another id's key.
+        return (
+            f"payload id {payload_id[:200]!r} holds '/workflow-' twice: cirrus would key it "
+            "as the shorter id it starts with"
+        )
     if not CIRRUS_PAYLOAD_ID.fullmatch(payload_id):
         return (
             f"payload id {payload_id[:200]!r} does not follow cirrus's rule "

@@ -25,6 +25,7 @@ from dependency_tracker.flows.cirrus import CirrusAction, CirrusEvents, CirrusRu
 from dependency_tracker.flows.process import ProcessAction
 from dependency_tracker.flows.sweeper import SweeperFlow
 from dependency_tracker.models import (
+    JoinMessage,
     PayloadState,
     ProcessMessage,
     ProcessPayload,
@@ -91,7 +92,7 @@ class Cirrus:
             states=CirrusStateTable(client, CIRRUS_TABLE),
             queue=CirrusQueue(self.aws.sqs, self.queue_url, s3=self.aws.s3, bucket=CIRRUS_BUCKET),
             dependencies=DependencyTable(client, DEPENDENCY_TABLE, resolve_concurrency=1),
-            payload_bucket=CIRRUS_BUCKET,
+            executions_url=f"s3://{CIRRUS_BUCKET}/cirrus/executions",
         )
 
     def events(self, dynamodb: Any | None = None) -> CirrusEvents:
@@ -99,7 +100,7 @@ class Cirrus:
         return CirrusEvents(
             states=CirrusStateTable(client, CIRRUS_TABLE),
             dependencies=DependencyTable(client, DEPENDENCY_TABLE, resolve_concurrency=1),
-            payload_bucket=CIRRUS_BUCKET,
+            executions_url=f"s3://{CIRRUS_BUCKET}/cirrus/executions",
         )
 
     def process_flow(self, dynamodb: Any | None = None) -> ProcessFlow:
@@ -180,6 +181,10 @@ def test_ids_and_workflows_cirrus_would_refuse_are_named() -> None:
     problem = cirrus_id_problem("workflow-w/key-abc", "w")
     assert problem is not None
     assert "idempotency_key" in problem
+    # cirrus would key this as "c/workflow-w/a": refused, not confused with it
+    problem = cirrus_id_problem("c/workflow-w/a/workflow-z/b", "w")
+    assert problem is not None
+    assert "twice" in problem
     problem = cirrus_id_problem("c/workflow-my_wf/a", "my_wf")
     assert problem is not None
     assert "'_'" in problem
@@ -243,7 +248,8 @@ def test_a_succeeded_payload_is_replayed_from_cirrus_state(aws: Aws, cirrus: Cir
     assert row.execution_arn == f"{EXECUTIONS}run-1"
     result = json.loads(row.result_json or "{}")
     assert result["items"] == [{"href": "s3://out/item.json"}]
-    assert result["output_url"] == (f"s3://{CIRRUS_BUCKET}/executions/{model.id}/run-1/output.json")
+    executions = f"s3://{CIRRUS_BUCKET}/cirrus/executions"
+    assert result["output_url"] == f"{executions}/{model.id}/run-1/output.json"
 
 
 @pytest.mark.parametrize(
@@ -355,6 +361,9 @@ def test_events_are_read_against_the_state_table(aws: Aws, cirrus: Cirrus) -> No
     # a duplicate changes nothing
     assert events.handle(event("TIMED_OUT")) is CirrusAction.RESOLVED
     assert events.handle(event("SOMETHING_NEW")) is CirrusAction.UNKNOWN
+    # cirrus could not read a body: its event names no payload (and no key to read)
+    unreadable = WorkflowEvent(event_type="RECORD_EXTRACT_FAILED", payload_id="unknown")
+    assert events.handle(unreadable) is CirrusAction.NO_PAYLOAD
 
 
 def test_a_payload_cirrus_refuses_tells_its_waiters_invalid(aws: Aws, cirrus: Cirrus) -> None:
@@ -464,3 +473,16 @@ def test_every_interleaving_of_a_new_waiter_and_cirrus_ending_the_payload(
     assert any(key.startswith("waiting/") for key in seen), seen
     if final is PayloadState.SUCCEEDED:
         assert any(key.startswith("replayed/") for key in seen), seen
+
+
+def test_a_join_member_cirrus_cannot_key_refuses_the_join(aws: Aws, cirrus: Cirrus) -> None:
+    members = [payload(f"cirrus-{next(_ids)}"), payload("b" * 1100)]
+    flow = cirrus.process_flow()
+    message = flow.parse(json.dumps({"join": {"task_token": "tok"}, "payloads": members}))
+    assert isinstance(message, JoinMessage)
+    with pytest.raises(InvalidMessageError, match="too long") as refused:
+        flow.handle(message)
+    # the parent catches InvalidJoin (a join's errors), not one wait's DependencyInvalid
+    assert refused.value.error_name == "InvalidJoin"
+    assert refused.value.task_token == "tok"
+    assert cirrus.forwarded() == []

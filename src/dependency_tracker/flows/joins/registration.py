@@ -306,7 +306,17 @@ class JoinRegistration:
     ) -> bool:
         """Register one chunk's members and run them; False when the join was refused."""
         for payload in payloads:
-            self._starter.check_startable(payload, join.task_token)
+            try:
+                self._starter.check_startable(payload, join.task_token)
+            except InvalidMessageError as exc:
+                # The join, not one wait, is refused: its parent catches InvalidJoin.
+                raise InvalidMessageError(
+                    exc.reason,
+                    retryable=exc.retryable,
+                    task_token=join.task_token,
+                    payload_id=payload.id,
+                    error_name=DependencyError.INVALID_JOIN,
+                ) from exc
         distinct: dict[str, ProcessPayload] = {}
         repeated: list[str] = []
         for payload in payloads:
