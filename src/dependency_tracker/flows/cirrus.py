@@ -142,6 +142,7 @@ class CirrusRuns:
                 settings.cirrus_process_queue_url,
                 s3=client("s3"),
                 bucket=settings.cirrus_payload_bucket,
+                root_prefix=settings.cirrus_payload_root_prefix,
             ),
             dependencies=dependencies,
             executions_url=settings.cirrus_executions_url,

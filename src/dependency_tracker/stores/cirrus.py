@@ -19,9 +19,16 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sqs import SQSClient
 
-# Where a payload too large for one SQS message is put in cirrus's payload bucket; cirrus's
-# process Lambda reads {"url": ...} bodies with its own role, which can read its own bucket.
+# Where a payload too large for one SQS message is put in cirrus's payload bucket, under
+# "{PayloadRootPrefix}/tmp/" (cirrus's lifecycle rule expires it after 10 days); cirrus's
+# process Lambda reads {"url": ...} bodies with its own role, which reads its own bucket.
 FORWARDED_PREFIX = "deptrack-forwarded"
+
+
+def forwarded_prefix(root_prefix: str) -> str:
+    """Key prefix of forwarded payloads in cirrus's bucket (the process role may write it)."""
+    # cirrus's scratch prefix in its bucket, not a local temporary directory
+    return f"{root_prefix.strip('/')}/tmp/{FORWARDED_PREFIX}"  # noqa: S108
 
 
 class CirrusStateTable:
@@ -52,11 +59,13 @@ class CirrusQueue:
         *,
         s3: S3Client | None = None,
         bucket: str | None = None,
+        root_prefix: str = "cirrus",
     ) -> None:
         self._sqs = sqs
         self.queue_url = queue_url
         self._s3 = s3
         self._bucket = bucket
+        self._key_prefix = forwarded_prefix(root_prefix)
 
     def send(self, payload: dict[str, Any]) -> str:
         """Send one payload; returns how it travelled (``inline`` or the pointer's URL).
@@ -76,7 +85,7 @@ class CirrusQueue:
             )
             raise ValueError(msg)
         digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
-        key = f"{FORWARDED_PREFIX}/{digest}.json"
+        key = f"{self._key_prefix}/{digest}.json"
         self._s3.put_object(Bucket=self._bucket, Key=key, Body=body.encode("utf-8"))
         url = f"s3://{self._bucket}/{key}"
         self._sqs.send_message(QueueUrl=self.queue_url, MessageBody=json.dumps({"url": url}))

@@ -335,6 +335,7 @@ def test_a_payload_over_one_message_goes_by_cirrus_bucket(aws: Aws, cirrus: Cirr
     body = json.loads(aws.s3.get_object(Bucket=bucket, Key=key)["Body"].read())
     assert body["id"] == model.id
     assert bucket == CIRRUS_BUCKET
+    assert key.startswith("cirrus/tmp/deptrack-forwarded/")  # cirrus's lifecycle expires it
 
 
 # ---------------------------------------------------------------- event side

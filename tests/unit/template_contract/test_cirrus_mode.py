@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dependency_tracker import settings
-from dependency_tracker.stores.cirrus import FORWARDED_PREFIX
+from dependency_tracker.stores.cirrus import forwarded_prefix
 from tests.unit.template_contract import iam, markdown
 from tests.unit.template_contract import rules as template_rules
 from tests.unit.template_contract.cfn import (
@@ -108,6 +108,7 @@ def cirrus_names(stack: Stack) -> dict[str, str]:
     queue = p["CirrusProcessQueueArn"] or f"arn:aws:sqs:{region}:{account}:{prefix}-process"
     _, _, _, queue_region, queue_account, queue_name = queue.split(":")
     bucket = p["CirrusPayloadBucketName"] or f"{prefix}-payload-{account}"
+    forwarded = forwarded_prefix(p["CirrusPayloadRootPrefix"])
     return {
         "table": table,
         "table_arn": f"arn:aws:dynamodb:{region}:{account}:table/{table}",
@@ -117,8 +118,7 @@ def cirrus_names(stack: Stack) -> dict[str, str]:
         or f"arn:aws:sns:{region}:{account}:{prefix}-workflow-event",
         "bucket": bucket,
         "root": p["CirrusPayloadRootPrefix"],
-        "outputs_arn": f"arn:aws:s3:::{bucket}/{p['CirrusPayloadRootPrefix']}/executions/*",
-        "forwarded_arn": f"arn:aws:s3:::{bucket}/{FORWARDED_PREFIX}/*",
+        "forwarded_arn": f"arn:aws:s3:::{bucket}/{forwarded}/*",
     }
 
 
@@ -571,12 +571,10 @@ def test_cirrus_mode_adds_exactly_the_cirrus_grants(
         ("ProcessFunction", "ReadCirrusState", "dynamodb:GetItem", names["table_arn"]),
         ("ProcessFunction", "ForwardToCirrus", "sqs:SendMessage", names["queue_arn"]),
         ("ProcessFunction", "ForwardLargePayloadsToCirrus", "s3:PutObject", names["forwarded_arn"]),
-        ("ProcessFunction", "ReadCirrusOutputs", "s3:GetObject", names["outputs_arn"]),
         ("SweeperFunction", "ReadCirrusState", "dynamodb:GetItem", names["table_arn"]),
         (cirrus, "ReadCirrusState", "dynamodb:GetItem", names["table_arn"]),
         (cirrus, "Waiters", "dynamodb:Query", table.attributes["Arn"]),
         (cirrus, "Waiters", "dynamodb:UpdateItem", table.attributes["Arn"]),
-        (cirrus, "ReadCirrusOutputs", "s3:GetObject", names["outputs_arn"]),
         (cirrus, "WriteOwnLogs", "logs:CreateLogStream", own_logs),
         (cirrus, "WriteOwnLogs", "logs:PutLogEvents", own_logs),
         (cirrus, "PollCirrusEvents", "sqs:ReceiveMessage", queue.attributes["Arn"]),
@@ -602,7 +600,7 @@ def test_cirrus_mode_adds_exactly_the_cirrus_grants(
         assert not stack.allowed(function, "s3:PutObject", other_key)
     # AND every grant of the stack names its own resources, cirrus's or "*" (X-Ray)
     prefix = f"{stack.parameter('Prefix')}-"
-    cirrus_arns = {names[k] for k in ("table_arn", "queue_arn", "outputs_arn", "forwarded_arn")}
+    cirrus_arns = {names[k] for k in ("table_arn", "queue_arn", "forwarded_arn")}
     outside = [
         pair
         for pair in grant_pairs(stack)
@@ -615,10 +613,10 @@ def test_cirrus_mode_adds_exactly_the_cirrus_grants(
 
 def test_the_forwarding_grant_is_the_key_prefix_the_code_writes(template: dict[str, Any]) -> None:
     # dependency_tracker.stores.cirrus.CirrusQueue puts an oversized payload at
-    # s3://{cirrus bucket}/{FORWARDED_PREFIX}/{sha256}.json
+    # s3://{cirrus bucket}/{forwarded_prefix(root)}/{sha256}.json
     stack = Stack(template, CIRRUS)
     names = cirrus_names(stack)
-    key = f"arn:aws:s3:::{names['bucket']}/{FORWARDED_PREFIX}/{'0' * 64}.json"
+    key = f"arn:aws:s3:::{names['bucket']}/{forwarded_prefix(names['root'])}/{'0' * 64}.json"
     assert stack.allowed("ProcessFunction", "s3:PutObject", key)
     assert not stack.allowed(CIRRUS_FUNCTION, "s3:PutObject", key)
     assert not stack.allowed("SweeperFunction", "s3:PutObject", key)
