@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp
 
-.PHONY: venv venv-cirrus constraints lint format test test-unit test-e2e test-cirrus demo check clean \
+.PHONY: venv venv-cirrus constraints lint format test test-unit test-e2e test-cirrus demo demo-cirrus check clean \
 	bench bench-smoke chaos
 
 venv: $(STAMP)
@@ -99,6 +99,11 @@ test-cirrus: venv-cirrus
 
 demo: venv
 	$(BIN)/dependency-tracker demo $(DEMO_ARGS)
+
+# The demo beside cirrus-geo: its own process and update_state Lambdas run every payload
+# (cirrus-geo 2.0.0 needs Python >= 3.12: .venv-cirrus).
+demo-cirrus: venv-cirrus
+	$(CIRRUS_BIN)/dependency-tracker demo --cirrus $(DEMO_ARGS)
 
 check: lint test
 

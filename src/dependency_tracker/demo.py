@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from dependency_tracker.stores import DependencyTable, StateTable
+from dependency_tracker.stores.cirrus import CirrusStateTable
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -41,6 +42,10 @@ class Dependency:
     outcome: str = "succeed"
     workflow: str = CHILD_WORKFLOW
     waits_for: str | None = None
+    # Other workflows (cirrus's, in cirrus mode): fields of process[0] instead of the
+    # simulate task, and how many runs the story needs (a failed payload run again: 2).
+    options: tuple[tuple[str, Any], ...] = ()
+    expected_runs: int = 1
 
     @property
     def payload_id(self) -> str:
@@ -58,11 +63,13 @@ class Dependency:
                 "dependencies": [{"wait_for": self.waits_for}],
                 "timeout_seconds": 30,
             }
-        simulate = {"seconds": self.seconds, "outcome": self.outcome}
+        process: dict[str, Any] = {"workflow": self.workflow, **dict(self.options)}
+        if self.workflow in {CHILD_WORKFLOW, EXPRESS_WORKFLOW}:
+            process["tasks"] = {"simulate": {"seconds": self.seconds, "outcome": self.outcome}}
         return {
             "type": "FeatureCollection",
             "features": [{"type": "Feature", "id": self.item, "collection": COLLECTION}],
-            "process": [{"workflow": self.workflow, "tasks": {"simulate": simulate}}],
+            "process": [process],
         }
 
 
@@ -96,6 +103,9 @@ class Scenario:
 
     parents: list[Parent]
     finished_before: list[Dependency]
+    # Where the finished_before payloads are sent: the tracker's queue, or (cirrus mode)
+    # cirrus's own, as another cirrus user would.
+    seed_queue: str = "ProcessQueueUrl"
 
     @property
     def dependencies(self) -> list[Dependency]:
@@ -297,6 +307,12 @@ class _Run:
         self.sfn = stack.client("stepfunctions")
         dynamodb = stack.client("dynamodb")
         self.states = StateTable(dynamodb, stack.outputs["StateTableName"])
+        # Cirrus mode: cirrus holds the payloads' states.
+        self.cirrus_states = (
+            CirrusStateTable(dynamodb, stack.outputs["CirrusStateTableName"])
+            if "CirrusStateTableName" in stack.outputs
+            else None
+        )
         self.dependencies = DependencyTable(dynamodb, stack.outputs["DependencyTableName"])
         self.statuses = [ParentStatus(parent) for parent in scenario.parents]
         self.started = time.monotonic()
@@ -306,7 +322,7 @@ class _Run:
         sqs = self.stack.client("sqs")
         for dependency in self.scenario.finished_before:
             sqs.send_message(
-                QueueUrl=self.stack.outputs["ProcessQueueUrl"],
+                QueueUrl=self.stack.outputs[self.scenario.seed_queue],
                 MessageBody=json.dumps(dependency.payload()),
             )
         self._wait_for(self._finished_before_done)
@@ -322,18 +338,35 @@ class _Run:
         return Report(snapshot=final, problems=_problems(self.scenario, final))
 
     def snapshot(self) -> Snapshot:
-        items = self.states.batch_get(d.payload_id for d in self.scenario.dependencies)
+        seen = self._read([d.payload_id for d in self.scenario.dependencies])
         snap = Snapshot(elapsed=time.monotonic() - self.started, parents=self.statuses)
         for dependency in self.scenario.dependencies:
-            item = items.get(dependency.payload_id)
-            snap.states[dependency.item] = None if item is None else item.state
-            snap.executions[dependency.item] = 0 if item is None else len(item.executions)
-            snap.errors[dependency.item] = None if item is None else item.last_error
+            state, runs, error = seen.get(dependency.payload_id, (None, 0, None))
+            snap.states[dependency.item] = state
+            snap.executions[dependency.item] = runs
+            snap.errors[dependency.item] = error
         return snap
 
+    def _read(self, ids: list[str]) -> dict[str, tuple[PayloadState, int, str | None]]:
+        """State, runs and last error of each payload that has a state."""
+        if self.cirrus_states is None:
+            items = self.states.batch_get(ids)
+            return {pid: (i.state, len(i.executions), i.last_error) for pid, i in items.items()}
+        found = {}
+        for pid in ids:
+            item = self.cirrus_states.get(pid)
+            # A cycle refusal or an invalid message is the tracker's own record.
+            own = self.states.get(pid) if item is None else None
+            if item is not None:
+                found[pid] = (item.state, len(item.executions), item.last_error)
+            elif own is not None:
+                found[pid] = (own.state, len(own.executions), own.last_error)
+        return found
+
     def _finished_before_done(self) -> bool:
+        seen = self._read([d.payload_id for d in self.scenario.finished_before])
         return all(
-            (item := self.states.get(d.payload_id)) is not None and item.state.is_terminal
+            d.payload_id in seen and seen[d.payload_id][0].is_terminal
             for d in self.scenario.finished_before
         )
 
@@ -391,9 +424,10 @@ def _problems(scenario: Scenario, final: Snapshot) -> list[str]:
             wanted = status.parent.expected_error or "SUCCEEDED"
             got = status.error or status.status
             problems.append(f"parent {status.parent.name}: expected {wanted}, got {got}")
+    runs = {d.item: d.expected_runs for d in scenario.dependencies}
     for item, count in final.executions.items():
-        if count != 1:
-            problems.append(f"dependency {item}: {count} executions, expected exactly 1")
+        if count != runs[item]:
+            problems.append(f"dependency {item}: {count} executions, expected exactly {runs[item]}")
     for status in final.parents:
         problems.extend(_join_problems(status))
     for dependency in scenario.dependencies:
@@ -405,12 +439,21 @@ def _problems(scenario: Scenario, final: Snapshot) -> list[str]:
                 f"dependency {dependency.item}: expected its wait to be refused with "
                 f"DependencyCycle, got {final.errors.get(dependency.item)}"
             )
+    return problems + _replay_problems(scenario, final)
+
+
+def _replay_problems(scenario: Scenario, final: Snapshot) -> list[str]:
+    """The "replay" parent got what finished before it from the stored result."""
     replay = next((s for s in final.parents if s.parent.name == "replay"), None)
-    if replay is not None and replay.output is not None:
-        replayed = {d["payload_id"]: d["replayed"] for d in replay.output["dependencies"]}
-        if replayed.get(Dependency("already-done").payload_id) is not True:
-            problems.append("parent replay: already-done was not replayed from the stored result")
-    return problems
+    if replay is None or replay.output is None:
+        return []
+    replayed = {d["payload_id"]: d["replayed"] for d in replay.output["dependencies"]}
+    return [
+        f"parent replay: {dependency.item} was not replayed from the stored result"
+        for dependency in scenario.finished_before
+        if dependency in replay.parent.dependencies
+        and replayed.get(dependency.payload_id) is not True
+    ]
 
 
 def _join_problems(status: ParentStatus) -> list[str]:
@@ -419,13 +462,14 @@ def _join_problems(status: ParentStatus) -> list[str]:
         return []
     summary = status.output["join"]
     problems = []
-    pending = {Dependency(item).payload_id for item in parent.expected_pending}
+    by_item = {d.item: d for d in parent.dependencies}
+    pending = {by_item[item].payload_id for item in parent.expected_pending}
     # Past 32 KiB a summary carries counts and a summary_url, not the lists (the
     # large all-of join, which expects nothing pending).
     if not pending <= set(summary.get("pending", [])):
         problems.append(f"parent {parent.name}: did not exit before {sorted(pending)} finished")
     if parent.expected_winner is not None:
-        wanted = Dependency(parent.expected_winner).payload_id
+        wanted = by_item[parent.expected_winner].payload_id
         if summary.get("winner") != wanted:
             problems.append(f"parent {parent.name}: winner {summary.get('winner')}, not {wanted}")
     return problems

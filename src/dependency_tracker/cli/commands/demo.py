@@ -23,9 +23,11 @@ from dependency_tracker.demo import (
     build_scenario,
     run_scenario,
 )
+from dependency_tracker.demo_cirrus import build_cirrus_scenario
 
 
 def demo(
+    *,
     parents: Annotated[
         int, typer.Option(min=0, max=50, help="Random parents added to the fixed cases.")
     ] = 4,
@@ -34,9 +36,22 @@ def demo(
     ] = 3,
     seed: Annotated[int, typer.Option(help="Seed of the random parents.")] = 7,
     join_members: Annotated[
-        int, typer.Option(min=0, max=1000, help="Members of the all-of join (0 leaves it out).")
-    ] = 200,
+        int | None,
+        typer.Option(
+            min=0,
+            max=1000,
+            help="Members of the all-of join (0 leaves it out; default 200, 20 with --cirrus).",
+        ),
+    ] = None,
     live: Annotated[bool, typer.Option(help="Show a live display while it runs.")] = True,
+    cirrus: Annotated[
+        bool,
+        typer.Option(
+            "--cirrus",
+            help="Cirrus mode: cirrus-geo 2.0.0's own Lambdas run every payload "
+            "(needs cirrus-geo installed, Python >= 3.12: make demo-cirrus).",
+        ),
+    ] = False,
 ) -> None:
     """Run the whole system on the embedded stack and show what every parent did.
 
@@ -45,22 +60,40 @@ def demo(
     Examples:
       dependency-tracker demo
       dependency-tracker demo --parents 10 --dependencies 4 --seed 3 --join-members 50
+      dependency-tracker demo --cirrus
     """
     from dependency_tracker.local import EmbeddedStack  # noqa: PLC0415  (needs the local extra)
 
     console = Console(file=sys.stdout)
     if not console.is_terminal:
         console.width = max(console.width, 140)
-    scenario = build_scenario(
-        parents=parents, dependencies=dependencies, seed=seed, join_members=join_members
-    )
+    if cirrus:
+        scenario = build_cirrus_scenario(
+            parents=parents,
+            dependencies=dependencies,
+            seed=seed,
+            join_members=20 if join_members is None else join_members,
+        )
+    else:
+        scenario = build_scenario(
+            parents=parents,
+            dependencies=dependencies,
+            seed=seed,
+            join_members=200 if join_members is None else join_members,
+        )
     log_path = Path(tempfile.gettempdir()) / "dependency-tracker-demo.log"
+    mode = " beside cirrus-geo (its own Lambdas run every payload)" if cirrus else ""
     console.print(
-        f"[bold]dependency-tracker demo[/]: {len(scenario.parents)} parents, "
+        f"[bold]dependency-tracker demo[/]{mode}: {len(scenario.parents)} parents, "
         f"{len(scenario.dependencies)} dependencies (seed {seed}); handler logs in {log_path}"
     )
     started = time.monotonic()
-    with log_path.open("w") as sink, EmbeddedStack(log_level="INFO", sink=sink) as stack:
+    with (
+        log_path.open("w") as sink,
+        EmbeddedStack(log_level="INFO", sink=sink, cirrus=cirrus) as stack,
+    ):
+        if stack.cirrus is not None:
+            stack.cirrus.create_test_workflows(stack.client)
         console.print(f"embedded stack up in {time.monotonic() - started:.1f} s")
         if live and console.is_terminal:
             with Live(console=console, refresh_per_second=8, transient=True) as display:
@@ -77,6 +110,12 @@ def demo(
         for problem in report.problems:
             console.print(f"[red]✗ {problem}[/]")
         raise typer.Exit(code=1)
+    if cirrus:
+        console.print(
+            "[green]✓ every parent ended as expected; cirrus ran every payload once, "
+            "and a second time only where the story asks (a fixed input, replace)[/]"
+        )
+        return
     console.print("[green]✓ every parent ended as expected; every dependency ran exactly once[/]")
 
 

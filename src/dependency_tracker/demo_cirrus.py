@@ -1,0 +1,130 @@
+"""The demo in cirrus mode: the tracker's parents wait on payloads cirrus-geo runs.
+
+The same parents and checks as :mod:`dependency_tracker.demo`, on cirrus's own
+test workflows (:data:`dependency_tracker.local.cirrus.CIRRUS_TEST_WORKFLOWS`),
+run by cirrus-geo 2.0.0's own Lambdas in the embedded stack. A payload "cirrus
+ran before" is sent to cirrus's process queue, as any other cirrus user would.
+"""
+
+from __future__ import annotations
+
+import random
+
+from dependency_tracker.demo import Dependency, Parent, Scenario
+
+# cirrus-geo validates every payload it takes; these are the fields its own examples carry.
+_CIRRUS_FIELDS: tuple[tuple[str, object], ...] = (("upload_options", {}), ("tasks", {}))
+
+
+def cirrus_dependency(
+    item: str, workflow: str = "succeed", *, seconds: int = 0, runs: int = 1, **fields: object
+) -> Dependency:
+    """A payload for one of cirrus's test workflows (``succeed`` waits ``seconds`` first)."""
+    options: dict[str, object] = dict(_CIRRUS_FIELDS)
+    if seconds:
+        options["workflow_options"] = {"wait_seconds": seconds}
+    options.update(fields)
+    return Dependency(item, workflow=workflow, options=tuple(options.items()), expected_runs=runs)
+
+
+def build_cirrus_scenario(
+    *, parents: int = 4, dependencies: int = 3, seed: int = 7, join_members: int = 20
+) -> Scenario:
+    """Every outcome the issue names, plus ``parents`` random ones sharing a pool."""
+    done = cirrus_dependency("already-done")
+    shared_a = cirrus_dependency("shared-a", seconds=2)
+    shared_b = cirrus_dependency("shared-b", seconds=1)
+    # Failed in cirrus with succeed=false; a parent sends it with its input fixed.
+    broken_before = cirrus_dependency("fixed", "minimal", runs=2, succeed=False)
+    fixed = cirrus_dependency("fixed", "minimal", runs=2, succeed=True)
+    # Succeeded in cirrus before; a parent asks for it again with replace.
+    replaced_before = cirrus_dependency("replaced", runs=2)
+    replaced = cirrus_dependency("replaced", runs=2, replace=True)
+    cases = [
+        Parent("share-1", (shared_a, shared_b), "shares both payloads with share-2: one run each"),
+        Parent("share-2", (shared_b, shared_a), "same payloads: cirrus's claim runs each once"),
+        Parent("late", (shared_a,), "starts waiting while shared-a runs", start_after=1.0),
+        Parent("replay", (done, shared_b), "already-done ran in cirrus before anyone waited"),
+        Parent("rerun", (fixed,), "fixed FAILED in cirrus before: cirrus runs it again"),
+        Parent("replace", (replaced,), "replaced SUCCEEDED before: replace runs it again"),
+        Parent(
+            "fails",
+            (shared_b, cirrus_dependency("broken", "fail")),
+            "a payload fails in cirrus",
+            expected_error="DependencyFailed",
+        ),
+        Parent(
+            "invalid",
+            (cirrus_dependency("rejected", "invalid"),),
+            "cirrus records INVALID (stactask's InvalidInput)",
+            expected_error="DependencyInvalid",
+        ),
+        Parent(
+            "timed-out",
+            (cirrus_dependency("too-slow", "timeout"),),
+            "the cirrus workflow times out (TIMED_OUT, recorded FAILED)",
+            expected_error="DependencyFailed",
+        ),
+        Parent(
+            "impatient",
+            (cirrus_dependency("slow", seconds=5),),
+            "waits 2 s on a 5 s payload",
+            timeout_seconds=2,
+            expected_error="DependencyTimedOut",
+        ),
+    ]
+    slow_member = cirrus_dependency("q-slow", seconds=6)
+    cases += [
+        Parent(
+            "quorum-2of3",
+            (cirrus_dependency("q-fast-1"), cirrus_dependency("q-fast-2", seconds=1), slow_member),
+            "join, 2 of 3: exits early while q-slow runs",
+            join=True,
+            quorum=2,
+            expected_pending=(slow_member.item,),
+        ),
+        Parent(
+            "quorum-fails",
+            (
+                cirrus_dependency("q-broken", "fail"),
+                cirrus_dependency("q-rejected", "invalid"),
+                cirrus_dependency("q-slow-2", seconds=6),
+            ),
+            "join, 2 of 3: fails as soon as two failed",
+            join=True,
+            quorum=2,
+            expected_error="QuorumUnreachable",
+        ),
+        Parent(
+            "either-or",
+            (cirrus_dependency("e-slow", seconds=3), cirrus_dependency("e-fast")),
+            "join, 1 of 2: names its winner",
+            join=True,
+            quorum=1,
+            expected_winner="e-fast",
+        ),
+    ]
+    if join_members:
+        cases.append(
+            Parent(
+                f"all-of-{join_members}",
+                tuple(cirrus_dependency(f"all-{index:03d}") for index in range(join_members)),
+                f"join over {join_members} members, one token (runs last)",
+                join=True,
+                after_others=True,
+                timeout_seconds=max(60, 2 * join_members),
+            )
+        )
+    rng = random.Random(seed)  # noqa: S311  (a reproducible demo, not cryptography)
+    pool = [
+        cirrus_dependency(f"pool-{index:02d}", seconds=rng.randint(0, 2))
+        for index in range(max(dependencies, parents * dependencies // 2))
+    ]
+    for index in range(parents):
+        picked = tuple(rng.sample(pool, dependencies))
+        cases.append(Parent(f"random-{index + 1}", picked, "random draw from a shared pool"))
+    return Scenario(
+        parents=cases,
+        finished_before=[done, broken_before, replaced_before],
+        seed_queue="CirrusProcessQueueUrl",
+    )
