@@ -10,7 +10,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dependency_tracker.stores import DependencyTable, StateTable
 from dependency_tracker.stores.cirrus import CirrusStateTable
@@ -171,11 +171,26 @@ def build_scenario(
             expected_error="DependencyFailed",
         )
     )
-    slow_member = Dependency("q-slow", seconds=6)
-    cases += [
+    cases += join_cases(Dependency, join_members=join_members)
+    cases += random_parents(Dependency, parents=parents, dependencies=dependencies, seed=seed)
+    return Scenario(parents=cases, finished_before=[done])
+
+
+class MakeDependency(Protocol):
+    """Builds a dependency that waits ``seconds``, then ends in ``outcome`` (either mode)."""
+
+    def __call__(self, item: str, *, seconds: int = 0, outcome: str = "succeed") -> Dependency:
+        """The dependency ``item``."""
+        ...
+
+
+def join_cases(make: MakeDependency, *, join_members: int) -> list[Parent]:
+    """The joins every demo shows: 2 of 3 (early exit, and unreachable), either-or, all-of."""
+    slow_member = make("q-slow", seconds=6)
+    cases = [
         Parent(
             "quorum-2of3",
-            (Dependency("q-fast-1"), Dependency("q-fast-2", seconds=1), slow_member),
+            (make("q-fast-1"), make("q-fast-2", seconds=1), slow_member),
             "join, 2 of 3: exits early while q-slow runs",
             join=True,
             quorum=2,
@@ -184,9 +199,9 @@ def build_scenario(
         Parent(
             "quorum-fails",
             (
-                Dependency("q-broken", outcome="fail"),
-                Dependency("q-rejected", outcome="invalid"),
-                Dependency("q-slow-2", seconds=6),
+                make("q-broken", outcome="fail"),
+                make("q-rejected", outcome="invalid"),
+                make("q-slow-2", seconds=6),
             ),
             "join, 2 of 3: fails as soon as two failed",
             join=True,
@@ -195,7 +210,7 @@ def build_scenario(
         ),
         Parent(
             "either-or",
-            (Dependency("e-slow", seconds=3), Dependency("e-fast")),
+            (make("e-slow", seconds=3), make("e-fast")),
             "join, 1 of 2: names its winner",
             join=True,
             quorum=1,
@@ -206,7 +221,7 @@ def build_scenario(
         cases.append(
             Parent(
                 f"all-of-{join_members}",
-                tuple(Dependency(f"all-{index:03d}") for index in range(join_members)),
+                tuple(make(f"all-{index:03d}") for index in range(join_members)),
                 f"join over {join_members} members, one token (runs last)",
                 join=True,
                 after_others=True,
@@ -214,15 +229,26 @@ def build_scenario(
                 timeout_seconds=max(60, join_members),
             )
         )
+    return cases
+
+
+def random_parents(
+    make: MakeDependency, *, parents: int, dependencies: int, seed: int
+) -> list[Parent]:
+    """``parents`` parents, each on ``dependencies`` payloads drawn from one shared pool."""
     rng = random.Random(seed)  # noqa: S311  (a reproducible demo, not cryptography)
     pool = [
-        Dependency(f"pool-{index:02d}", seconds=rng.randint(0, 2))
+        make(f"pool-{index:02d}", seconds=rng.randint(0, 2))
         for index in range(max(dependencies, parents * dependencies // 2))
     ]
-    for index in range(parents):
-        picked = tuple(rng.sample(pool, dependencies))
-        cases.append(Parent(f"random-{index + 1}", picked, "random draw from a shared pool"))
-    return Scenario(parents=cases, finished_before=[done])
+    return [
+        Parent(
+            f"random-{index + 1}",
+            tuple(rng.sample(pool, dependencies)),
+            "random draw from a shared pool",
+        )
+        for index in range(parents)
+    ]
 
 
 @dataclass

@@ -8,9 +8,7 @@ ran before" is sent to cirrus's process queue, as any other cirrus user would.
 
 from __future__ import annotations
 
-import random
-
-from dependency_tracker.demo import Dependency, Parent, Scenario
+from dependency_tracker.demo import Dependency, Parent, Scenario, join_cases, random_parents
 
 # cirrus-geo validates every payload it takes; these are the fields its own examples carry.
 _CIRRUS_FIELDS: tuple[tuple[str, object], ...] = (("upload_options", {}), ("tasks", {}))
@@ -25,6 +23,15 @@ def cirrus_dependency(
         options["workflow_options"] = {"wait_seconds": seconds}
     options.update(fields)
     return Dependency(item, workflow=workflow, options=tuple(options.items()), expected_runs=runs)
+
+
+# The simulate child's outcomes, as cirrus's test workflows.
+_WORKFLOW_FOR = {"succeed": "succeed", "fail": "fail", "invalid": "invalid"}
+
+
+def cirrus_member(item: str, *, seconds: int = 0, outcome: str = "succeed") -> Dependency:
+    """:func:`cirrus_dependency` in the shape the shared cases build dependencies."""
+    return cirrus_dependency(item, _WORKFLOW_FOR[outcome], seconds=seconds)
 
 
 def build_cirrus_scenario(
@@ -73,56 +80,8 @@ def build_cirrus_scenario(
             expected_error="DependencyTimedOut",
         ),
     ]
-    slow_member = cirrus_dependency("q-slow", seconds=6)
-    cases += [
-        Parent(
-            "quorum-2of3",
-            (cirrus_dependency("q-fast-1"), cirrus_dependency("q-fast-2", seconds=1), slow_member),
-            "join, 2 of 3: exits early while q-slow runs",
-            join=True,
-            quorum=2,
-            expected_pending=(slow_member.item,),
-        ),
-        Parent(
-            "quorum-fails",
-            (
-                cirrus_dependency("q-broken", "fail"),
-                cirrus_dependency("q-rejected", "invalid"),
-                cirrus_dependency("q-slow-2", seconds=6),
-            ),
-            "join, 2 of 3: fails as soon as two failed",
-            join=True,
-            quorum=2,
-            expected_error="QuorumUnreachable",
-        ),
-        Parent(
-            "either-or",
-            (cirrus_dependency("e-slow", seconds=3), cirrus_dependency("e-fast")),
-            "join, 1 of 2: names its winner",
-            join=True,
-            quorum=1,
-            expected_winner="e-fast",
-        ),
-    ]
-    if join_members:
-        cases.append(
-            Parent(
-                f"all-of-{join_members}",
-                tuple(cirrus_dependency(f"all-{index:03d}") for index in range(join_members)),
-                f"join over {join_members} members, one token (runs last)",
-                join=True,
-                after_others=True,
-                timeout_seconds=max(60, 2 * join_members),
-            )
-        )
-    rng = random.Random(seed)  # noqa: S311  (a reproducible demo, not cryptography)
-    pool = [
-        cirrus_dependency(f"pool-{index:02d}", seconds=rng.randint(0, 2))
-        for index in range(max(dependencies, parents * dependencies // 2))
-    ]
-    for index in range(parents):
-        picked = tuple(rng.sample(pool, dependencies))
-        cases.append(Parent(f"random-{index + 1}", picked, "random draw from a shared pool"))
+    cases += join_cases(cirrus_member, join_members=join_members)
+    cases += random_parents(cirrus_member, parents=parents, dependencies=dependencies, seed=seed)
     return Scenario(
         parents=cases,
         finished_before=[done, broken_before, replaced_before],

@@ -24,6 +24,7 @@ from dependency_tracker.models import PayloadState
 from dependency_tracker.stores import DependencyTable
 from dependency_tracker.stores.cirrus import CirrusStateTable
 from tests.conftest import wait_until
+from tests.e2e.conftest import finished
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -74,17 +75,6 @@ def start(stack: EmbeddedStack, name: str, body: dict[str, Any], *, join: bool =
         input=json.dumps({"timeout_seconds": PARENT_TIMEOUT, **body}),
     )
     return str(response["executionArn"])
-
-
-def finished(stack: EmbeddedStack, arn: str, timeout: float = 45) -> dict[str, Any]:
-    sfn = stack.client("stepfunctions")
-
-    def stopped() -> dict[str, Any] | None:
-        described: dict[str, Any] = sfn.describe_execution(executionArn=arn)
-        return None if described["status"] == "RUNNING" else described
-
-    result: dict[str, Any] = wait_until(stopped, timeout=timeout)
-    return result
 
 
 def ended_in_cirrus(stack: EmbeddedStack, payload_id: str, runs: int = 1) -> CirrusStateItem:
