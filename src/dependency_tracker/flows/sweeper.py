@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import BaseModel, Field
@@ -40,7 +40,7 @@ from dependency_tracker.flows.cirrus import CirrusAction, CirrusEvents
 from dependency_tracker.flows.runs import lease_seconds
 from dependency_tracker.models import utcnow
 from dependency_tracker.observability import logger, metrics
-from dependency_tracker.stores.sweeps import CursorStore, SweepCursor, SweepStore
+from dependency_tracker.stores.sweeps import CursorStore, ScanPage, SweepCursor, SweepStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -55,6 +55,7 @@ WAITER_SHARE = 0.75
 # Stuck payloads named in the report (every one is logged and counted).
 MAX_STUCK_EXAMPLES = 20
 DEPENDENCIES, STATES, WAITING = "dependencies", "states", "waiting"
+_Item = TypeVar("_Item")
 
 
 class SweepReport(BaseModel):
@@ -164,22 +165,53 @@ class SweeperFlow:
         report: SweepReport,
     ) -> dict[str, Any] | None:
         """Send every row found from ``start_key`` on; the key the next run starts at."""
+
+        def settle(rows: list[Row]) -> bool:
+            report.found += len(rows)
+            for row in rows:
+                if self._monotonic() >= end:
+                    return False  # this page again next run: what was sent, its filter skips
+                self._settle(row, end, report)
+            return True
+
+        return self._walk(
+            DEPENDENCIES,
+            start_key,
+            lambda key: self.sweeps.unnotified_page(resolved_before=resolved_before, start_key=key),
+            settle,
+            end=end,
+            report=report,
+        )
+
+    def _walk(
+        self,
+        name: str,
+        start_key: dict[str, Any] | None,
+        read: Callable[[dict[str, Any] | None], tuple[list[_Item], ScanPage]],
+        handle: Callable[[list[_Item]], bool],
+        *,
+        end: float,
+        report: SweepReport,
+    ) -> dict[str, Any] | None:
+        """Read pages from ``start_key`` and ``handle`` each; the key the next run starts at.
+
+        Bounded by ``sweeper_max_pages`` and the deadline; ``handle`` returns False when
+        the deadline came in the middle of its page (then that page is read again next run).
+        A pass that reaches the table's end is named in ``passes_completed``.
+        """
+        table = STATES if name == STATES else DEPENDENCIES
         key = start_key
         for _ in range(self.settings.sweeper_max_pages):
             if self._monotonic() >= end:
                 report.budget_exhausted = True
                 return key
-            rows, page = self.sweeps.unnotified_page(resolved_before=resolved_before, start_key=key)
-            self._count_page(DEPENDENCIES, page.scanned, page.read_units, report)
-            report.found += len(rows)
-            for row in rows:
-                if self._monotonic() >= end:
-                    # This page again next run: what was sent is skipped by its filter.
-                    report.budget_exhausted = True
-                    return key
-                self._settle(row, end, report)
+            items, page = read(key)
+            self._count_page(table, page.scanned, page.read_units, report)
+            if not handle(items):
+                report.budget_exhausted = True
+                return key
             if page.next_key is None:
-                report.passes_completed.append(DEPENDENCIES)
+                report.passes_completed.append(name)
                 return None
             key = page.next_key
         report.budget_exhausted = True
@@ -222,35 +254,38 @@ class SweeperFlow:
         report: SweepReport,
     ) -> dict[str, Any] | None:
         """Check each payload still waited on against cirrus's state table; the next key."""
-        key = start_key
-        for _ in range(self.settings.sweeper_max_pages):
-            if self._monotonic() >= end:
-                report.budget_exhausted = True
-                return key
-            payload_ids, page = self.sweeps.waiting_page(
-                registered_before=registered_before, start_key=key
-            )
-            self._count_page(DEPENDENCIES, page.scanned, page.read_units, report)
+
+        def reconcile(payload_ids: list[str]) -> bool:
             for payload_id in payload_ids:
-                try:
-                    action, resolved = cirrus.reconcile(payload_id)
-                except Exception:  # noqa: BLE001  (one payload must not end the sweep)
-                    logger.exception("sweeper could not reconcile a payload: next run retries")
-                    report.failed += 1
-                    continue
-                if action is CirrusAction.RESOLVED and resolved:
-                    report.reconciled += 1
-                    report.reconciled_waiters += resolved
-                    logger.warning(
-                        "sweeper resolved waiters whose cirrus event never came",
-                        extra={"payload_id": payload_id, "resolved": resolved},
-                    )
-            if page.next_key is None:
-                report.passes_completed.append(WAITING)
-                return None
-            key = page.next_key
-        report.budget_exhausted = True
-        return key
+                self._reconcile_one(cirrus, payload_id, report)
+            return True
+
+        return self._walk(
+            WAITING,
+            start_key,
+            lambda key: self.sweeps.waiting_page(
+                registered_before=registered_before, start_key=key
+            ),
+            reconcile,
+            end=end,
+            report=report,
+        )
+
+    @staticmethod
+    def _reconcile_one(cirrus: CirrusEvents, payload_id: str, report: SweepReport) -> None:
+        try:
+            action, resolved = cirrus.reconcile(payload_id)
+        except Exception:  # noqa: BLE001  (one payload must not end the sweep)
+            logger.exception("sweeper could not reconcile a payload: next run retries")
+            report.failed += 1
+            return
+        if action is CirrusAction.RESOLVED and resolved:
+            report.reconciled += 1
+            report.reconciled_waiters += resolved
+            logger.warning(
+                "sweeper resolved waiters whose cirrus event never came",
+                extra={"payload_id": payload_id, "resolved": resolved},
+            )
 
     # ------------------------------------------------------------ stuck payloads
 
@@ -275,23 +310,22 @@ class SweeperFlow:
         # The page filter uses the shortest lease; each payload is then judged by its own.
         shortest = lease_seconds(self.settings.claim_lease_seconds, express=True)
         claimed_before = now - timedelta(seconds=shortest)
-        key = start_key
-        for _ in range(self.settings.sweeper_max_pages):
-            if self._monotonic() >= end:
-                report.budget_exhausted = True
-                return key
-            stuck, page = self.sweeps.stuck_page(claimed_before=claimed_before, start_key=key)
-            self._count_page(STATES, page.scanned, page.read_units, report)
+
+        def judge(stuck: list[PayloadStateItem]) -> bool:
             for payload in stuck:
                 held = now - (payload.claimed_at or payload.updated_at)
                 if held.total_seconds() > self.lease_of(payload):
                     self._report_one(payload, held, report)
-            if page.next_key is None:
-                report.passes_completed.append(STATES)
-                return None
-            key = page.next_key
-        report.budget_exhausted = True
-        return key
+            return True
+
+        return self._walk(
+            STATES,
+            start_key,
+            lambda key: self.sweeps.stuck_page(claimed_before=claimed_before, start_key=key),
+            judge,
+            end=end,
+            report=report,
+        )
 
     def _report_one(self, payload: PayloadStateItem, held: timedelta, report: SweepReport) -> None:
         report.stuck_payloads += 1
