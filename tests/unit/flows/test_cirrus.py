@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -487,3 +489,54 @@ def test_a_join_member_cirrus_cannot_key_refuses_the_join(aws: Aws, cirrus: Cirr
     assert refused.value.error_name == "InvalidJoin"
     assert refused.value.task_token == "tok"
     assert cirrus.forwarded() == []
+
+
+def test_events_duplicated_reordered_or_lost_never_answer_a_waiter_wrongly(
+    aws: Aws, cirrus: Cirrus
+) -> None:
+    # GIVEN cirrus runs a payload twice (run 1 FAILED, run 2 SUCCEEDED), waiter "a" arrives
+    # before run 1 ends and waiter "b" after it, and each of cirrus's events is delivered late,
+    # out of order, twice or never (the sweeper's reconcile pass stands in for the lost ones)
+    heard: Counter[str] = Counter()
+    for seed in range(40):
+        rng = random.Random(seed)
+        model = fresh_payload()
+        history: list[tuple[PayloadState | str, int]] = [
+            (PayloadState.PROCESSING, 1),
+            (PayloadState.FAILED, 1),
+            ("b", 0),
+            (PayloadState.PROCESSING, 2),
+            (PayloadState.SUCCEEDED, 2),
+        ]
+        history.insert(rng.randint(0, 1), ("a", 0))
+        events = cirrus.events()
+        pending: list[str] = []
+        for step, run in history:
+            if not isinstance(step, PayloadState):  # a waiter arrives
+                cirrus.process_flow().handle(wait(model, step))
+                continue
+            cirrus_records(aws.dynamodb, model.id, step, run, last_error="TaskFailed: x")
+            pending += [step.value] * rng.choice([0, 1, 1, 2])  # lost, once, or twice
+            rng.shuffle(pending)  # deliver some of the events emitted so far, in any order
+            for _ in range(rng.randint(0, len(pending))):
+                events.handle(WorkflowEvent(event_type=pending.pop(), payload_id=model.id))
+        for kind in pending:
+            events.handle(WorkflowEvent(event_type=kind, payload_id=model.id))
+        events.reconcile(model.id)  # the sweeper, for the events never delivered
+        a = aws.dependencies.get(model.id, waiter_id_for("a"))
+        b = aws.dependencies.get(model.id, waiter_id_for("b"))
+        assert a is not None
+        assert b is not None
+        # THEN "b" hears run 2, never the failure it arrived after; "a" hears a run that
+        # ended after it arrived: run 1, or run 2 when run 1's event never came in time
+        assert (b.workflow_state, b.execution_arn) == (
+            PayloadState.SUCCEEDED,
+            f"{EXECUTIONS}run-2",
+        ), seed
+        assert (a.workflow_state, a.execution_arn) in {
+            (PayloadState.FAILED, f"{EXECUTIONS}run-1"),
+            (PayloadState.SUCCEEDED, f"{EXECUTIONS}run-2"),
+        }, seed
+        heard[a.workflow_state.value] += 1
+    # AND the seeds reach both: delivered in time, and lost or late
+    assert set(heard) == {"FAILED", "SUCCEEDED"}, heard
