@@ -56,6 +56,7 @@ class CirrusAction(StrEnum):
     FORWARDED = "forwarded"  # sent to cirrus's process queue
     WAITING = "waiting"  # cirrus runs it; its event (or the sweeper) resolves the waiter
     REPLAYED = "replayed"  # ended in cirrus: the waiter was resolved from cirrus's state
+    ANSWERED = "answered"  # the waiter had its answer already (a redelivery): nothing sent
     RESOLVED = "resolved"  # an event: cirrus's state says the payload ended
     NOT_ENDED = "not_ended"  # an event, but cirrus's state says it has not ended (yet)
     PROGRESS = "progress"  # an event about a claim or a start: nothing to do
@@ -174,9 +175,16 @@ class CirrusRuns:
             return CirrusAction.REPLAYED
         if seen is not None and seen.state is PayloadState.PROCESSING and not payload.replace:
             return CirrusAction.WAITING
-        if seen is not None and ended and seen.last_execution and row_id is not None:
-            # The outcome on record is the run this waiter asks to repeat.
-            self.dependencies.wait_after(payload.id, row_id, seen.last_execution)
+        rerun_of = seen.last_execution if seen is not None and ended else None
+        # The outcome on record is the run this waiter asks to repeat. When the row has its
+        # answer already, this message is a redelivery (its first delivery's run ended
+        # meanwhile), or that run's event came first: a new run would answer no one.
+        if (
+            rerun_of is not None
+            and row_id is not None
+            and not self.dependencies.wait_after(payload.id, row_id, rerun_of)
+        ):
+            return CirrusAction.ANSWERED
         # Absent, FAILED, ABORTED, a claim (whose claimer may have died: cirrus takes
         # it over), or replace: cirrus decides, and its claim keeps it to one run.
         self._forward(payload)

@@ -89,6 +89,7 @@ class ProcessAction(StrEnum):
     JOINED = "joined"  # a join was registered and each member started, replayed or left
     REFUSED = "refused"  # the wait would close a dependency cycle: DependencyCycle sent
     FORWARDED = "forwarded"  # cirrus mode: sent to cirrus's process queue to run
+    ANSWERED = "answered"  # cirrus mode: a redelivery whose waiter had its answer already
 
     @property
     def metric_name(self) -> str:

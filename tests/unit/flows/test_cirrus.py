@@ -540,3 +540,20 @@ def test_events_duplicated_reordered_or_lost_never_answer_a_waiter_wrongly(
         heard[a.workflow_state.value] += 1
     # AND the seeds reach both: delivered in time, and lost or late
     assert set(heard) == {"FAILED", "SUCCEEDED"}, heard
+
+
+def test_a_redelivered_message_does_not_run_a_failed_payload_again(
+    aws: Aws, cirrus: Cirrus
+) -> None:
+    # GIVEN a waiter's message forwarded its payload, and cirrus's run of it failed
+    model = fresh_payload()
+    flow = cirrus.process_flow()
+    assert flow.handle(wait(model, "tok")) is ProcessAction.FORWARDED
+    assert len(cirrus.forwarded()) == 1
+    cirrus_records(aws.dynamodb, model.id, PayloadState.FAILED, 1, last_error="TaskFailed: x")
+    cirrus.events().reconcile(model.id)
+    assert row_state(aws, model, "tok") is PayloadState.FAILED
+    # WHEN SQS delivers the same message again
+    # THEN nothing is sent to cirrus: the waiter had its answer, a new run would answer no one
+    assert flow.handle(wait(model, "tok")) is ProcessAction.ANSWERED
+    assert cirrus.forwarded() == []
