@@ -401,7 +401,30 @@ class EmbeddedStack:
             TopicArn=found["CirrusWorkflowEventTopicArn"],
             Protocol="sqs",
             Endpoint=events_arn,
-            Attributes={"RawMessageDelivery": "true"},
+            Attributes={
+                "RawMessageDelivery": "true",
+                # And the template's filter: only the event types the cirrus-events handler
+                # acts on reach the queue (template_contract/test_cirrus_mode.py holds both
+                # to WorkflowEventType; moto applies it, tests/cirrus/test_cirrus_filter.py).
+                "FilterPolicyScope": "MessageAttributes",
+                "FilterPolicy": json.dumps(
+                    {
+                        "event_type": [
+                            "ABORTED",
+                            "ALREADY_COMPLETED",
+                            "ALREADY_INVALID",
+                            "ALREADY_SUCCEEDED",
+                            "COMPLETED",
+                            "FAILED",
+                            "INVALID",
+                            "NOT_A_PROCESS_PAYLOAD",
+                            "RECORD_EXTRACT_FAILED",
+                            "SUCCEEDED",
+                            "TIMED_OUT",
+                        ]
+                    }
+                ),
+            },
         )
         self.outputs.update(
             {

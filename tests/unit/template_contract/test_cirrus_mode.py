@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import copy
 import importlib
+import io
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
 from dependency_tracker import settings
+from dependency_tracker.flows.cirrus import CirrusAction, CirrusEvents
+from dependency_tracker.local import EmbeddedStack
+from dependency_tracker.models.cirrus import WorkflowEvent, WorkflowEventType
 from dependency_tracker.stores.cirrus import forwarded_prefix
 from tests.unit.template_contract import iam, markdown
 from tests.unit.template_contract import rules as template_rules
@@ -88,6 +92,29 @@ CIRRUS_MODES = [
     pytest.param(CIRRUS_ELSEWHERE, id="cirrus-named"),
 ]
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
+CIRRUS_DOC = ROOT / "docs" / "cirrus.md"
+# The subscription's filter: cirrus-geo sets the message attribute "event_type" (DataType
+# String, the type's name) on every workflow event it publishes (cirrus/lib/events.py,
+# WorkflowEvent.sns_attributes, v1.0.0 to 2.0.0). The filter admits exactly the types the
+# cirrus-events handler acts on: those that may end a payload, and cirrus's refusals.
+EVENT_TYPE_ATTRIBUTE = "event_type"
+ADMITTED_EVENT_TYPES = sorted(t.value for t in WorkflowEventType if t.may_end or t.refused)
+# What the filter keeps off the queue: the events that only report progress (docs/cirrus.md).
+PROGRESS_EVENT_TYPES = {
+    "CLAIMED_PROCESSING",
+    "STARTED_PROCESSING",
+    "ALREADY_PROCESSING",
+    "ALREADY_CLAIMED",
+    "DUPLICATE_ID_ENCOUNTERED",
+}
+# SNS's filter policy constraints ("Filter policy constraints in Amazon SNS", SNS developer
+# guide, subscription-filter-policy-constraints.html): at most five keys, at most 150 as the
+# product of the numbers of values of its arrays, at most 256 KB of JSON; attribute-based
+# policies (FilterPolicyScope MessageAttributes) take no nesting, and string matching is
+# exact and case-sensitive.
+SNS_FILTER_MAX_KEYS = 5
+SNS_FILTER_MAX_COMBINATIONS = 150
+SNS_FILTER_MAX_BYTES = 256 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -530,6 +557,8 @@ def test_the_cirrus_events_queue_takes_only_cirrus_s_topic_and_feeds_the_functio
             "Protocol": "sqs",
             "Endpoint": queue.attributes["Arn"],
             "RawMessageDelivery": True,
+            "FilterPolicyScope": "MessageAttributes",
+            "FilterPolicy": {"event_type": ADMITTED_EVENT_TYPES},
         }
     # AND the function's one event source is that queue, with partial batch failures
     built = Stack(transformed, parameters)
@@ -538,6 +567,153 @@ def test_the_cirrus_events_queue_takes_only_cirrus_s_topic_and_feeds_the_functio
     assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     assert mapping["BatchSize"] == 10
     assert "FilterCriteria" not in mapping
+
+
+# ---------------------------------------------------------------------- event filter
+
+
+class _NoItem:
+    """cirrus's state table with no item: what the handler does is decided by the type alone."""
+
+    def get(self, payload_id: str) -> None:
+        return None
+
+
+class _NoWaiters:
+    def resolve_all(self, payload_id: str, resolution: object, **_: object) -> int:
+        return 0
+
+
+def handler_action(event_type: str) -> CirrusAction:
+    """What the cirrus-events flow does with an event of ``event_type`` about a cirrus id."""
+    events = CirrusEvents(states=cast("Any", _NoItem()), dependencies=cast("Any", _NoWaiters()))
+    return events.handle(WorkflowEvent(event_type=event_type, payload_id="c/workflow-w/item"))
+
+
+def test_the_filter_admits_exactly_the_event_types_the_handler_acts_on() -> None:
+    # GIVEN every event type the code knows, and one it does not
+    known = [t.value for t in WorkflowEventType]
+    actions = {name: handler_action(name) for name in [*known, "SOMETHING_NEW"]}
+    # THEN the handler acts (reads cirrus's table, or tells waiters of a refusal) on exactly
+    # the types the filter admits, and only reports progress, or an unknown type, for the rest:
+    # a type added to WorkflowEventType that the handler acts on fails here until it is
+    # admitted, in the template and in the embedded stack's subscription
+    acting = {CirrusAction.NOT_ENDED, CirrusAction.REFUSED}
+    assert sorted(n for n, a in actions.items() if a in acting) == ADMITTED_EVENT_TYPES
+    assert {n for n, a in actions.items() if a is CirrusAction.PROGRESS} == PROGRESS_EVENT_TYPES
+    assert set(known) == set(ADMITTED_EVENT_TYPES) | PROGRESS_EVENT_TYPES
+    assert actions["SOMETHING_NEW"] is CirrusAction.UNKNOWN
+    # AND the values are cirrus's own spellings (SNS matches strings exactly, case and all)
+    assert all(re.fullmatch(r"[A-Z_]+", name) for name in ADMITTED_EVENT_TYPES)
+
+
+@pytest.mark.parametrize("parameters", CIRRUS_MODES)
+def test_the_subscription_filters_on_event_type_within_sns_limits(
+    template: dict[str, Any], transformed: dict[str, Any], parameters: dict[str, str]
+) -> None:
+    for source in (template, transformed):
+        # GIVEN the subscription as deployed (SAM passes it through as written)
+        subscription = Stack(source, parameters).resolved_properties(
+            "CirrusWorkflowEventSubscription"
+        )
+        policy = subscription["FilterPolicy"]
+        # THEN it filters on the event_type message attribute, admitting the acted-on types
+        assert subscription["FilterPolicyScope"] == "MessageAttributes"
+        assert policy == {EVENT_TYPE_ATTRIBUTE: ADMITTED_EVENT_TYPES}
+        # AND it keeps within SNS's constraints for an attribute-based policy: at most five
+        # keys, each an array of strings (no nesting), at most 150 combinations, 256 KB
+        assert len(policy) <= SNS_FILTER_MAX_KEYS
+        assert all(
+            isinstance(v, list) and all(isinstance(x, str) for x in v) for v in policy.values()
+        )
+        combinations = 1
+        for values in policy.values():
+            combinations *= len(values)
+        assert combinations <= SNS_FILTER_MAX_COMBINATIONS
+        assert len(json.dumps(policy).encode("utf-8")) <= SNS_FILTER_MAX_BYTES
+
+
+def test_the_embedded_stack_subscribes_with_the_template_s_filter_and_moto_applies_it(
+    template: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the embedded stack in cirrus mode, without its pumps: cirrus's Lambdas (which
+    # need cirrus-geo, Python 3.12) and the tracker's handlers never run, so whatever SNS
+    # delivers stays on the tracker's cirrus-events queue
+    monkeypatch.setattr(EmbeddedStack, "_start_pumps", lambda self: None)
+    expected = Stack(template, CIRRUS).resolved_properties("CirrusWorkflowEventSubscription")
+    with EmbeddedStack(sink=io.StringIO(), cirrus=True, sweeper_interval=None) as stack:
+        sns, sqs = stack.client("sns"), stack.client("sqs")
+        topic = stack.outputs["CirrusWorkflowEventTopicArn"]
+        (subscription,) = [
+            s
+            for s in sns.list_subscriptions_by_topic(TopicArn=topic)["Subscriptions"]
+            if s["Endpoint"] == stack.outputs["CirrusEventQueueArn"]
+        ]
+        attributes = sns.get_subscription_attributes(
+            SubscriptionArn=subscription["SubscriptionArn"]
+        )["Attributes"]
+        # THEN its subscription is the template's: raw delivery, the same filter
+        assert attributes["RawMessageDelivery"] == "true"
+        assert attributes["FilterPolicyScope"] == expected["FilterPolicyScope"]
+        assert json.loads(attributes["FilterPolicy"]) == expected["FilterPolicy"]
+        # WHEN one event of every type is published as cirrus-geo publishes it (the type in
+        # the body and in the event_type attribute), and one message without the attribute
+        for name in [t.value for t in WorkflowEventType]:
+            sns.publish(
+                TopicArn=topic,
+                Message=json.dumps({"event_type": name, "payload_id": "c/workflow-w/item"}),
+                MessageAttributes={
+                    EVENT_TYPE_ATTRIBUTE: {"DataType": "String", "StringValue": name},
+                    "workflow": {"DataType": "String", "StringValue": "w"},
+                },
+            )
+        sns.publish(TopicArn=topic, Message=json.dumps({"event_type": "SUCCEEDED"}))
+        received = []
+        while True:
+            messages = sqs.receive_message(
+                QueueUrl=stack.outputs["CirrusEventQueueUrl"],
+                MaxNumberOfMessages=10,
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
+            if not messages:
+                break
+            received += messages
+            for message in messages:
+                sqs.delete_message(
+                    QueueUrl=stack.outputs["CirrusEventQueueUrl"],
+                    ReceiptHandle=message["ReceiptHandle"],
+                )
+    # THEN moto 5.2.5 applied the filter to the raw SQS delivery, as SNS does: exactly the
+    # admitted types arrived, each once with its attribute, and the message without one did not
+    types = sorted(json.loads(m["Body"])["event_type"] for m in received)
+    assert types == ADMITTED_EVENT_TYPES
+    assert all(
+        m["MessageAttributes"][EVENT_TYPE_ATTRIBUTE]["StringValue"]
+        == json.loads(m["Body"])["event_type"]
+        for m in received
+    )
+
+
+def test_cirrus_md_says_which_events_the_filter_keeps_away() -> None:
+    # docs/cirrus.md's table of cirrus events: the progress row names exactly the types the
+    # filter keeps off the queue, and the rows that resolve or refuse name the admitted ones
+    text = CIRRUS_DOC.read_text(encoding="utf-8")
+    rows = markdown.table_rows(markdown.section(text, "What each cirrus event does"))
+    known = {t.value for t in WorkflowEventType}
+
+    def named(metric: str) -> set[str]:
+        return {
+            span
+            for row in rows
+            if metric in row[-1]
+            for span in markdown.code_spans(row[0])
+            if span in known
+        }
+
+    assert named("`CirrusProgress`") == PROGRESS_EVENT_TYPES
+    assert named("`CirrusResolved`") | named("`CirrusRefused`") == set(ADMITTED_EVENT_TYPES)
+    words = " ".join(text.split())
+    assert "`FilterPolicy`" in words
 
 
 # ---------------------------------------------------------------------- IAM
