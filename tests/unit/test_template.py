@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tomllib
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -44,11 +45,13 @@ from dependency_tracker.flows.joins.registration import JOIN_MEMBERS_PREFIX
 from dependency_tracker.flows.results import RESULTS_PREFIX
 from dependency_tracker.flows.runs import LARGE_INPUT_PREFIX
 from dependency_tracker.flows.update_state import EXPRESS_OUTPUTS_PREFIX
-from dependency_tracker.handlers import callback, process, sweeper, update_state
+from dependency_tracker.handlers import callback, cirrus_events, process, sweeper, update_state
+from dependency_tracker.local.cirrus import CirrusDeployment
 from dependency_tracker.local.context import LocalContext
 from dependency_tracker.local.events import status_change_event
 from dependency_tracker.local.pumps import ExecutionPump, SqsPump, StreamPump, scheduled_event
 from dependency_tracker.models import PayloadState, ProcessPayload
+from dependency_tracker.models.cirrus import cirrus_key
 from dependency_tracker.models.outputs import CALLBACK_OUTPUTS_PREFIX
 from dependency_tracker.stores import StateTable
 from dependency_tracker.stores import schema as table_schema
@@ -73,11 +76,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
 FUNCTIONS = ("ProcessFunction", "UpdateStateFunction", "CallbackFunction", "SweeperFunction")
+CIRRUS_EVENTS_FUNCTION = "CirrusEventsFunction"  # cirrus mode only (CirrusPrefix set)
 HANDLERS: dict[str, Callable[..., Any]] = {
     "ProcessFunction": process.lambda_handler,
     "UpdateStateFunction": update_state.lambda_handler,
     "CallbackFunction": callback.lambda_handler,
     "SweeperFunction": sweeper.lambda_handler,
+    "CirrusEventsFunction": cirrus_events.lambda_handler,  # cirrus mode only
 }
 POWERTOOLS_VARIABLES = {
     "POWERTOOLS_SERVICE_NAME",
@@ -825,6 +830,8 @@ LAMBDA_SERVICE_STATEMENTS: dict[str, frozenset[str]] = {
         }
     ),
     "SweeperFunction": frozenset({"WriteOwnLogs", "UploadTraces"}),
+    # cirrus mode only (template_contract/test_cirrus_mode.py holds them to what Lambda needs)
+    CIRRUS_EVENTS_FUNCTION: frozenset({"WriteOwnLogs", "PollCirrusEvents", "UploadTraces"}),
 }
 # What Lambda does with a function's role, per feature (Lambda developer guide: with-sqs,
 # with-ddb, services-xray; AWS::Lambda::EventSourceMapping / EventInvokeConfig OnFailure).
@@ -1624,6 +1631,10 @@ class Recorder:
     calls: list[Call] = field(default_factory=list)
     images: list[dict[str, Any]] = field(default_factory=list)
     record_fields: set[str] = field(default_factory=set)  # keys of the stream records' "dynamodb"
+    # Given: called with a function's logical id before it runs, when the previous
+    # invocation was another function's (cirrus mode: each runs with its own variables).
+    switch: Callable[[str], None] | None = None
+    _environment_of: str | None = None
 
     def hook(self, params: dict[str, Any], model: Any, **_: Any) -> None:
         function = self.function or "<outside a handler>"
@@ -1644,6 +1655,9 @@ class Recorder:
             if logical_id == "CallbackFunction":
                 self.images.extend(r["dynamodb"].get("NewImage", {}) for r in event["Records"])
                 self.record_fields.update(key for r in event["Records"] for key in r["dynamodb"])
+            if self.switch is not None and self._environment_of != logical_id:
+                self.switch(logical_id)
+                self._environment_of = logical_id
             self.function = logical_id
             try:
                 return HANDLERS[logical_id](event, LocalContext(function_name=name))
@@ -1674,12 +1688,18 @@ RECORDED_SERVICES = ("dynamodb", "stepfunctions", "s3", "sqs", "sns", "events", 
 
 
 def reset_handlers() -> None:
-    settings.get_settings.cache_clear()
     clients.client.cache_clear()
+    reset_flows()
+
+
+def reset_flows() -> None:
+    """Forget the settings and the flows built on them (the recorded clients stay)."""
+    settings.get_settings.cache_clear()
     process.process_flow.cache_clear()
     update_state.update_state_flow.cache_clear()
     callback.callback_flow.cache_clear()
     sweeper.sweeper_flow.cache_clear()
+    cirrus_events.cirrus_events_flow.cache_clear()
 
 
 @dataclass
@@ -1693,6 +1713,12 @@ class Deployment:
     dynamodb: Any
     sqs: Any
     pumps: list[SqsPump | ExecutionPump | StreamPump]
+    cirrus: CirrusDeployment | None = None  # cirrus mode: cirrus's resources in moto
+    session: Any = None
+
+    def pump(self) -> int:
+        """One round of every pump; how many events they delivered."""
+        return sum(pump.pump_once() for pump in self.pumps)
 
     def settle(self) -> None:
         prefix = f"{self.stack.parameter('Prefix')}-"
@@ -1732,15 +1758,58 @@ class Deployment:
 
 @pytest.fixture
 def deployment(template: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
-    stack = Stack(template)
-    variables: dict[str, str] = {}
-    for function in FUNCTIONS:
-        for name, value in environment(stack, function).items():
-            assert variables.setdefault(name, value) == value, f"{name} differs between functions"
-    for name in setting_variables():
+    with deployed(template, monkeypatch) as running:
+        yield running
+
+
+def function_environments(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[str], None] | None:
+    """Set the functions' variables; in cirrus mode, what sets one function's before it runs.
+
+    In normal mode every function's variables are the same, and are set once here. In cirrus
+    mode they differ (the cirrus variables reach the process, sweeper and cirrus-events
+    functions only), so each handler runs with exactly its own function's variables.
+    """
+    cirrus_mode = stack.condition("CirrusMode")
+    functions = (*FUNCTIONS, CIRRUS_EVENTS_FUNCTION) if cirrus_mode else FUNCTIONS
+    environments = {function: environment(stack, function) for function in functions}
+    for name in setting_variables() | POWERTOOLS_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    for name, value in variables.items():
-        monkeypatch.setenv(name, value)
+    if not cirrus_mode:
+        variables: dict[str, str] = {}
+        for function in FUNCTIONS:
+            for name, value in environments[function].items():
+                assert variables.setdefault(name, value) == value, f"{name} differs"
+        for name, value in variables.items():
+            monkeypatch.setenv(name, value)
+        return None
+
+    def switch(function: str) -> None:
+        for name in setting_variables() | POWERTOOLS_VARIABLES:
+            monkeypatch.delenv(name, raising=False)
+        for name, value in environments[function].items():
+            monkeypatch.setenv(name, value)
+        reset_flows()
+
+    return switch
+
+
+@contextlib.contextmanager
+def deployed(
+    template: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    parameters: dict[str, str] | None = None,
+) -> Iterator[Deployment]:
+    """The stack ``parameters`` deploy, on moto, its handlers behind the recorder.
+
+    Each handler runs with its function's variables (``function_environments``). In cirrus
+    mode moto also holds cirrus's deployment, laid out as cirrus's CloudFormation lays it out
+    (``CirrusDeployment``, no cirrus code), with the template's subscription on its topic.
+    """
+    stack = Stack(template, parameters or {})
+    cirrus_mode = stack.condition("CirrusMode")
+    switch = function_environments(stack, monkeypatch)
     reset_handlers()
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
         session = boto3.session.Session()
@@ -1769,7 +1838,8 @@ def deployment(template: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Ite
                 type=properties.get("Type", "STANDARD"),
             )
             assert created["stateMachineArn"] == stack.physical(logical_id).ref
-        recorder = Recorder()
+        cirrus = create_cirrus(stack, session) if cirrus_mode else None
+        recorder = Recorder(switch=switch)
         for service in RECORDED_SERVICES:
             clients.client(service).meta.events.register("before-parameter-build", recorder.hook)
         pumps: list[SqsPump | ExecutionPump | StreamPump] = [
@@ -1805,7 +1875,20 @@ def deployment(template: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Ite
                 filter_pattern=stream_filter(stack),
             ),
         ]
-        yield Deployment(stack, recorder, sfn, s3, dynamodb, sqs, pumps)
+        if cirrus_mode:
+            events = stack.physical("CirrusEventsQueue")
+            pumps.append(
+                SqsPump(
+                    sqs=sqs,
+                    queue_url=events.ref,
+                    queue_arn=events.attributes["Arn"],
+                    handler=recorder.handler(stack, CIRRUS_EVENTS_FUNCTION),
+                    region=REGION,
+                    function_name="cirrus-events",
+                    name="cirrus-events",
+                )
+            )
+        yield Deployment(stack, recorder, sfn, s3, dynamodb, sqs, pumps, cirrus, session)
     reset_handlers()
 
 
@@ -2057,6 +2140,364 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(
     assert "OldImage" not in recorder.record_fields
     assert all("notified_at" not in image for image in recorder.images)
     assert all(image["workflow_state"]["S"] != "PROCESSING" for image in recorder.images)
+
+
+# ---------------------------------------------------------------------- IAM in cirrus mode
+
+# cirrus-geo's own names, from CirrusPrefix alone: cirrus-state, cirrus-process,
+# cirrus-workflow-event, cirrus-payload-{account}, root prefix "cirrus".
+CIRRUS_MODE = {"CirrusPrefix": "cirrus"}
+CIRRUS_WORKFLOW = "cog"
+# cirrus names an event's execution by its console URL (the ARN after the last "/").
+CONSOLE_EXECUTIONS = "https://console.aws.amazon.com/states/home#/v2/executions/details/"
+
+
+def create_cirrus(stack: Stack, session: Any) -> CirrusDeployment:
+    """cirrus's deployment as the parameters name it, and the template's subscription to it."""
+    cirrus = CirrusDeployment(
+        prefix=str(stack.parameter("CirrusPrefix")), region=REGION, account=ACCOUNT
+    )
+    cirrus.create(session.client)
+    variables = environment(stack, "ProcessFunction")
+    assert variables[settings.ENV_CIRRUS_STATE_TABLE] == cirrus.outputs["CirrusStateTableName"]
+    assert (
+        variables[settings.ENV_CIRRUS_PROCESS_QUEUE_URL] == cirrus.outputs["CirrusProcessQueueUrl"]
+    )
+    assert (
+        variables[settings.ENV_CIRRUS_PAYLOAD_BUCKET] == cirrus.outputs["CirrusPayloadBucketName"]
+    )
+    events = stack.physical("CirrusEventsQueue")
+    sqs = session.client("sqs")
+    assert sqs.create_queue(QueueName=events.attributes["QueueName"])["QueueUrl"] == events.ref
+    subscription = stack.resolved_properties("CirrusWorkflowEventSubscription")
+    assert subscription["TopicArn"] == cirrus.outputs["CirrusWorkflowEventTopicArn"]
+    assert subscription["Endpoint"] == events.attributes["Arn"]
+    session.client("sns").subscribe(
+        TopicArn=subscription["TopicArn"],
+        Protocol=subscription["Protocol"],
+        Endpoint=subscription["Endpoint"],
+        Attributes={
+            "RawMessageDelivery": str(subscription["RawMessageDelivery"]).lower(),
+            "FilterPolicyScope": subscription["FilterPolicyScope"],
+            "FilterPolicy": json.dumps(subscription["FilterPolicy"]),
+        },
+    )
+    return cirrus
+
+
+def for_cirrus(item_id: str, **extra: Any) -> dict[str, Any]:
+    """A payload cirrus runs as its workflow ``cirrus-cog``."""
+    return payload(item_id, workflow=CIRRUS_WORKFLOW, **extra)
+
+
+def cirrus_id(item_id: str) -> str:
+    return ProcessPayload.model_validate(for_cirrus(item_id)).id
+
+
+@dataclass
+class CirrusAtWork:
+    """cirrus-geo's part, as data: what its process and update-state Lambdas write and announce.
+
+    No cirrus code runs here (the main suite cannot import it; tests/cirrus runs the real
+    Lambdas). For each payload on cirrus's process queue this writes cirrus's state item as
+    ``StateDB`` does (claim appending the run's ARN, then PROCESSING, then the end), and after
+    each write publishes the event ``WorkflowEventManager`` would, with its ``event_type``
+    attribute. ``plan`` gives each run's end by item id: a state, ``"lost"`` (SUCCEEDED, its
+    event never sent) or ``"refused"`` (no item, NOT_A_PROCESS_PAYLOAD).
+    """
+
+    deployment: Deployment
+    plan: dict[str, list[str]]
+    announced: list[str] = field(default_factory=list)
+
+    @property
+    def cirrus(self) -> CirrusDeployment:
+        assert self.deployment.cirrus is not None
+        return self.deployment.cirrus
+
+    def step(self) -> int:
+        """Take what is on cirrus's process queue; how many messages."""
+        outputs = self.cirrus.outputs
+        sqs = self.deployment.sqs
+        messages = sqs.receive_message(
+            QueueUrl=outputs["CirrusProcessQueueUrl"], MaxNumberOfMessages=10
+        ).get("Messages", [])
+        seen: set[str] = set()
+        for message in messages:
+            body = json.loads(message["Body"])
+            if set(body) == {"url"}:
+                bucket, _, key = body["url"].removeprefix("s3://").partition("/")
+                stored = self.deployment.s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+                body = json.loads(stored)
+            if body["id"] in seen:
+                self.announce("DUPLICATE_ID_ENCOUNTERED", body["id"])
+            else:
+                seen.add(body["id"])
+                self.run(body)
+            sqs.delete_message(
+                QueueUrl=outputs["CirrusProcessQueueUrl"], ReceiptHandle=message["ReceiptHandle"]
+            )
+        return len(messages)
+
+    def run(self, body: dict[str, Any]) -> None:
+        payload_id = body["id"]
+        item_id = payload_id.rpartition("/")[2]
+        item = self.item(payload_id)
+        state = item["state_updated"]["S"].partition("_")[0] if item else None
+        replace = bool(body["process"][0].get("replace"))
+        if state in {"SUCCEEDED", "INVALID"} and not replace:
+            self.announce(f"ALREADY_{state}", payload_id)
+            return
+        if state in {"CLAIMED", "PROCESSING"}:
+            self.announce(f"ALREADY_{state}", payload_id)
+            return
+        runs = [entry["S"] for entry in item["executions"]["L"]] if item else []
+        outcomes = self.plan[item_id]
+        outcome = outcomes[min(len(runs), len(outcomes) - 1)]
+        if outcome == "refused":
+            self.announce("NOT_A_PROCESS_PAYLOAD", payload_id, error="no features")
+            return
+        machine = self.cirrus.state_machine_arn(CIRRUS_WORKFLOW)
+        execution = f"{machine.replace(':stateMachine:', ':execution:')}:{item_id}-{len(runs) + 1}"
+        runs.append(execution)
+        self.write(payload_id, "CLAIMED", runs)
+        self.announce("CLAIMED_PROCESSING", payload_id)
+        self.write(payload_id, "PROCESSING", runs)
+        self.announce("STARTED_PROCESSING", payload_id, execution=execution)
+        end = "SUCCEEDED" if outcome == "lost" else outcome
+        error = {"FAILED": "TaskFailed: it broke", "INVALID": "InvalidInput: bad"}.get(end)
+        self.write(payload_id, end, runs, last_error=error)
+        if outcome != "lost":
+            self.announce(end, payload_id, execution=execution, error=error)
+
+    def item(self, payload_id: str) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = self.deployment.dynamodb.get_item(
+            TableName=self.cirrus.outputs["CirrusStateTableName"],
+            Key={name: {"S": value} for name, value in cirrus_key(payload_id).items()},
+            ConsistentRead=True,
+        ).get("Item")
+        return found
+
+    def write(
+        self, payload_id: str, state: str, runs: list[str], last_error: str | None = None
+    ) -> None:
+        now = datetime.now(UTC).isoformat()
+        item: dict[str, Any] = {
+            **{name: {"S": value} for name, value in cirrus_key(payload_id).items()},
+            "state_updated": {"S": f"{state}_{now}"},
+            "created": {"S": now},
+            "updated": {"S": now},
+            "executions": {"L": [{"S": run} for run in runs]},
+        }
+        if last_error is not None:
+            item["last_error"] = {"S": last_error}
+        self.deployment.dynamodb.put_item(
+            TableName=self.cirrus.outputs["CirrusStateTableName"], Item=item
+        )
+
+    def announce(self, event_type: str, payload_id: str, **extra: str | None) -> None:
+        """Publish as cirrus does: the event as the message, its type as an attribute."""
+        event = {"event_type": event_type, "payload_id": payload_id, **extra}
+        if event.get("execution"):
+            event["execution"] = f"{CONSOLE_EXECUTIONS}{event['execution']}"
+        self.deployment.session.client("sns").publish(
+            TopicArn=self.cirrus.outputs["CirrusWorkflowEventTopicArn"],
+            Message=json.dumps({k: v for k, v in event.items() if v}),
+            MessageAttributes={"event_type": {"DataType": "String", "StringValue": event_type}},
+        )
+        self.announced.append(event_type)
+
+
+def run_until(deployment: Deployment, cirrus: CirrusAtWork, done: Callable[[], bool]) -> None:
+    """Pump the tracker and let cirrus work until ``done`` and nothing moves any more."""
+
+    def quiet() -> bool:
+        moved = deployment.pump() + cirrus.step()
+        return moved == 0 and done()
+
+    wait_until(quiet, timeout=30)
+
+
+def cirrus_mode_grants(template: dict[str, Any]) -> set[tuple[str, str, str, str]]:
+    """(function, Sid, action, resource) of each grant cirrus mode adds to a function's role."""
+
+    def grants(stack: Stack, functions: tuple[str, ...]) -> set[tuple[str, str, str, str]]:
+        return {
+            (function, statement.sid, action, resource)
+            for function in functions
+            for statement in stack.statements(function)
+            if statement.sid not in LAMBDA_SERVICE_STATEMENTS[function]
+            for action in statement.actions
+            for resource in statement.resources
+        }
+
+    cirrus = Stack(template, CIRRUS_MODE)
+    normal = Stack(template)
+    return grants(cirrus, (*FUNCTIONS, CIRRUS_EVENTS_FUNCTION)) - grants(normal, FUNCTIONS)
+
+
+@pytest.fixture
+def cirrus_deployment(
+    template: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Deployment]:
+    with deployed(template, monkeypatch, CIRRUS_MODE) as running:
+        yield running
+
+
+def test_every_cirrus_mode_call_is_allowed_and_every_cirrus_grant_is_used(
+    template: dict[str, Any], cirrus_deployment: Deployment
+) -> None:
+    deployment = cirrus_deployment
+    stack, recorder = deployment.stack, deployment.recorder
+    # GIVEN cirrus at work beside the stack: "a" succeeds (again when a replace runs it),
+    # "b" fails once and then succeeds, "c" succeeds but its event is lost, "huge" (over one
+    # SQS message) succeeds, and cirrus refuses "r"
+    cirrus = CirrusAtWork(
+        deployment,
+        plan={
+            "a": ["SUCCEEDED"],
+            "b": ["FAILED", "SUCCEEDED"],
+            "c": ["lost"],
+            "huge": ["SUCCEEDED"],
+            "r": ["refused"],
+        },
+    )
+    # AND two parents on the stack's own state machines: a Map over "a" and "b", and a
+    # 1-of-2 join over "a" and "c"
+    parent_map = deployment.sfn.start_execution(
+        stateMachineArn=stack.physical("WaitForDependenciesStateMachine").ref,
+        name="parent-map",
+        input=json.dumps({"dependencies": [for_cirrus("a"), for_cirrus("b")]}),
+    )["executionArn"]
+    parent_join = deployment.sfn.start_execution(
+        stateMachineArn=stack.physical("WaitForJoinStateMachine").ref,
+        name="parent-join",
+        input=json.dumps({"dependencies": [for_cirrus("a"), for_cirrus("c")], "quorum": 1}),
+    )["executionArn"]
+
+    def stopped(execution: str) -> bool:
+        status: str = deployment.sfn.describe_execution(executionArn=execution)["status"]
+        return status != "RUNNING"
+
+    # WHEN the process function forwards them to cirrus, cirrus runs them and announces the
+    # ends through the template's subscription, and the cirrus-events function resolves the
+    # waiters
+    run_until(deployment, cirrus, lambda: stopped(parent_map) and stopped(parent_join))
+    # THEN the parents resumed as cirrus's items say
+    described = deployment.sfn.describe_execution(executionArn=parent_map)
+    assert (described["status"], described.get("error")) == ("FAILED", "DependencyFailed")
+    assert deployment.sfn.describe_execution(executionArn=parent_join)["status"] == "SUCCEEDED"
+
+    # AND the paths the parents did not take: a late waiter on a payload cirrus finished
+    # (replayed from cirrus's item), a wait without forwarding, a payload over one SQS
+    # message (by cirrus's bucket), a waiter on the failed "b" (it waits for the next run),
+    # a replace of the succeeded "a", a payload cirrus refuses, and an id cirrus cannot key
+    process_handler = recorder.handler(stack, "ProcessFunction")
+    late = {"task_token": "late-waiter", "parent_execution": parent_map}
+    huge = for_cirrus("huge")
+    huge["features"][0]["properties"] = {"blob": "x" * 300_000}
+    paths = [
+        ({**for_cirrus("a"), "callback": late}, "replay"),
+        ({"wait_for": cirrus_id("a"), "callback": {**late, "task_token": "wait-only"}}, "wait"),
+        ({**huge, "callback": {**late, "task_token": "huge"}}, "huge"),
+        ({**for_cirrus("b"), "callback": {**late, "task_token": "rerun"}}, "rerun"),
+        (
+            {
+                **for_cirrus("a"),
+                "process": [{"workflow": CIRRUS_WORKFLOW, "replace": True}],
+                "callback": {**late, "task_token": "replace"},
+            },
+            "replace",
+        ),
+        ({**for_cirrus("r"), "callback": {**late, "task_token": "refused"}}, "refused"),
+        (
+            {**for_cirrus("k"), "id": "workflow-cog/key-abc", "callback": {"task_token": "bad"}},
+            "bad",
+        ),
+    ]
+    for body, message_id in paths:
+        assert process_handler(sqs_event(body, ids=[message_id])) == {"batchItemFailures": []}
+    run_until(deployment, cirrus, lambda: True)
+    # AND a sweep, long after "c" ended in cirrus without a word: its waiting rows look old
+    table = stack.physical("DependencyTable").ref
+    for item in deployment.dynamodb.scan(TableName=table)["Items"]:
+        if (
+            item["payload_id"]["S"] == cirrus_id("c")
+            and item["workflow_state"]["S"] == "PROCESSING"
+        ):
+            deployment.dynamodb.update_item(
+                TableName=table,
+                Key={"payload_id": item["payload_id"], "waiter_id": item["waiter_id"]},
+                UpdateExpression="SET updated_at = :old",
+                ExpressionAttributeValues={":old": {"S": "2000-01-01T00:00:00+00:00"}},
+            )
+    schedule = scheduled_event(
+        rule_arn=f"arn:aws:events:{REGION}:{ACCOUNT}:rule/deptrack-sweeper",
+        region=REGION,
+        account=ACCOUNT,
+    )
+    swept = recorder.handler(stack, "SweeperFunction")(schedule)
+    assert (swept["reconciled"], swept["reconciled_waiters"]) == (1, 1), swept
+    run_until(deployment, cirrus, lambda: True)
+
+    # THEN each waiter heard what cirrus's item (or its refusal) says
+    rows = {
+        item["task_token"]["S"]: item["workflow_state"]["S"]
+        for item in deployment.dynamodb.scan(TableName=table)["Items"]
+        if "task_token" in item
+    }
+    assert {token: rows[token] for token in ("late-waiter", "wait-only", "huge", "rerun")} == {
+        "late-waiter": "SUCCEEDED",
+        "wait-only": "SUCCEEDED",
+        "huge": "SUCCEEDED",
+        "rerun": "SUCCEEDED",  # the next run's outcome, not the failure it arrived after
+    }
+    assert (rows["replace"], rows["refused"]) == ("SUCCEEDED", "INVALID")
+    # AND "huge" went to cirrus by an object under cirrus's tmp/ prefix
+    forwarded = [
+        call.params["Key"]
+        for call in recorder.calls
+        if call.action == "s3:PutObject"
+        and call.params["Bucket"] == cirrus.cirrus.outputs["CirrusPayloadBucketName"]
+    ]
+    assert len(forwarded) == 1
+    assert forwarded[0].startswith("cirrus/tmp/deptrack-forwarded/")
+    assert {"CLAIMED_PROCESSING", "NOT_A_PROCESS_PAYLOAD", "SUCCEEDED"} <= set(cirrus.announced)
+    # AND every call was allowed by that function's statements, on that resource
+    calls = recorder.calls
+    assert {"ProcessFunction", "SweeperFunction", CIRRUS_EVENTS_FUNCTION, "CallbackFunction"} <= {
+        call.function for call in calls
+    }
+    parents = deployment.parents_by_token()
+    parents["bad"] = stack.physical("WaitForDependenciesStateMachine").ref
+    denied = [
+        (call.function, call.action, resource)
+        for call in calls
+        for resource in call_resources(call, parents)
+        if not stack.allowed(call.function, call.action, resource)
+    ]
+    assert denied == []
+    # AND every grant cirrus mode adds was needed: each (action, resource) was called by
+    # the function holding it (the cirrus-events function's Lambda-service statements are
+    # held to what Lambda needs by template_contract/test_cirrus_mode.py instead)
+    added = cirrus_mode_grants(template)
+    assert {grant[0] for grant in added} == {
+        "ProcessFunction",
+        "SweeperFunction",
+        CIRRUS_EVENTS_FUNCTION,
+    }
+    unused = [
+        (function, sid, action, pattern)
+        for function, sid, action, pattern in sorted(added)
+        if not any(
+            call.function == function
+            and call.action == action
+            and any(fnmatch.fnmatchcase(r, pattern) for r in call_resources(call, parents))
+            for call in calls
+        )
+    ]
+    assert unused == []
+    assert clients.client.cache_info().currsize == len(RECORDED_SERVICES), "unwatched client"
 
 
 def test_no_pointer_expires_before_the_longest_wait(template: dict[str, Any]) -> None:
