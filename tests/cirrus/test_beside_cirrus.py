@@ -21,6 +21,7 @@ import pytest
 from dependency_tracker.local import EmbeddedStack
 from dependency_tracker.local.cirrus import CIRRUS_TEST_WORKFLOWS
 from dependency_tracker.models import PayloadState
+from dependency_tracker.models.cirrus import subscription_attributes
 from dependency_tracker.stores import DependencyTable
 from dependency_tracker.stores.cirrus import CirrusStateTable
 from tests.conftest import wait_until
@@ -273,7 +274,7 @@ def test_a_lost_event_is_recovered_by_the_sweeper(stack: EmbeddedStack) -> None:
             TopicArn=topic,
             Protocol="sqs",
             Endpoint=queue_arn,
-            Attributes={"RawMessageDelivery": "true"},
+            Attributes=subscription_attributes(),
         )
 
 

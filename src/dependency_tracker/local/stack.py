@@ -31,6 +31,7 @@ from dependency_tracker.local.runner import Invoker, PumpRunner, ThreadRoutedStd
 from dependency_tracker.local.server import MotoServer
 from dependency_tracker.local.strict import strict_limits
 from dependency_tracker.local.strict import wanted as strict_wanted
+from dependency_tracker.models.cirrus import subscription_attributes
 from dependency_tracker.observability import logger
 from dependency_tracker.stores.schema import create_tables
 
@@ -396,35 +397,13 @@ class EmbeddedStack:
             sqs, f"{self.prefix}-cirrus-events", f"{self.prefix}-cirrus-events-dlq"
         )
         events_arn = _queue_arn(sqs, events_url)
-        # As the template subscribes it: raw delivery, the body is cirrus's event itself.
+        # As the template subscribes it: raw delivery (the body is cirrus's event itself) and
+        # the template's filter (template_contract/test_cirrus_mode.py holds both to it).
         self.client("sns").subscribe(
             TopicArn=found["CirrusWorkflowEventTopicArn"],
             Protocol="sqs",
             Endpoint=events_arn,
-            Attributes={
-                "RawMessageDelivery": "true",
-                # And the template's filter: only the event types the cirrus-events handler
-                # acts on reach the queue (template_contract/test_cirrus_mode.py holds both
-                # to WorkflowEventType; moto applies it, tests/cirrus/test_cirrus_filter.py).
-                "FilterPolicyScope": "MessageAttributes",
-                "FilterPolicy": json.dumps(
-                    {
-                        "event_type": [
-                            "ABORTED",
-                            "ALREADY_COMPLETED",
-                            "ALREADY_INVALID",
-                            "ALREADY_SUCCEEDED",
-                            "COMPLETED",
-                            "FAILED",
-                            "INVALID",
-                            "NOT_A_PROCESS_PAYLOAD",
-                            "RECORD_EXTRACT_FAILED",
-                            "SUCCEEDED",
-                            "TIMED_OUT",
-                        ]
-                    }
-                ),
-            },
+            Attributes=subscription_attributes(),
         )
         self.outputs.update(
             {

@@ -167,6 +167,20 @@ _MAY_END = frozenset(
 )
 
 
+def subscription_attributes() -> dict[str, str]:
+    """The SNS subscription's attributes: raw delivery, and only the types acted on.
+
+    cirrus sets ``event_type`` as a message attribute on every event; progress
+    events (claims, starts, skips) never reach the tracker's queue.
+    """
+    acted_on = sorted(kind.value for kind in WorkflowEventType if kind.may_end or kind.refused)
+    return {
+        "RawMessageDelivery": "true",
+        "FilterPolicyScope": "MessageAttributes",
+        "FilterPolicy": json.dumps({"event_type": acted_on}),
+    }
+
+
 class WorkflowEvent(BaseModel):
     """One message of cirrus's ``${CirrusPrefix}-workflow-event`` topic."""
 
