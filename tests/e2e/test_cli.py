@@ -10,31 +10,25 @@ from __future__ import annotations
 import io
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-import boto3
 import pytest
-from typer.testing import CliRunner
 
-from dependency_tracker.cli.__main__ import app
 from dependency_tracker.local import LocalStack
 from dependency_tracker.models import PayloadState, utcnow
-from dependency_tracker.stores import DependencyTable, StateTable
 from tests.conftest import wait_until
+from tests.e2e.serving import Server, serving, write
 from tests.unit.cli.rows import TOKEN_PREFIX, waiter
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from typer.testing import Result
 
 pytestmark = pytest.mark.e2e
 
@@ -49,78 +43,13 @@ OUTPUT_KEYS = {
     "StateMachines",
     "EndpointUrl",
 }
-STARTUP_SECONDS = 60
 PARENT_ID = "cli/parent-1"
-
-
-@dataclass
-class Server:
-    """A running ``serve`` subprocess and what it published."""
-
-    process: subprocess.Popen[bytes]
-    outputs: dict[str, Any]
-    outputs_file: Path
-    stdout: Path
-    stderr: Path
-
-    @property
-    def endpoint(self) -> str:
-        return str(self.outputs["EndpointUrl"])
-
-    def client(self, service: str) -> Any:
-        """A plain boto3 client of this endpoint: nothing from the tracker's code."""
-        return boto3.session.Session().client(  # type: ignore[call-overload]
-            service, endpoint_url=self.endpoint, region_name=self.outputs["Region"]
-        )
-
-    def states(self) -> StateTable:
-        return StateTable(self.client("dynamodb"), self.outputs["StateTableName"])
-
-    def dependencies(self) -> DependencyTable:
-        return DependencyTable(self.client("dynamodb"), self.outputs["DependencyTableName"])
-
-    def cli(self, *args: str) -> Result:
-        """``dependency-tracker ARGS --endpoint-url <serve>``, in this process."""
-        return CliRunner().invoke(
-            app,
-            [*args, "--endpoint-url", self.endpoint],
-            env={"DEPTRACK_PREFIX": None, "DEPTRACK_STACK_NAME": None},
-        )
-
-    def stop(self, timeout: float = 30) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-        return self.process.wait(timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    folder = tmp_path_factory.mktemp("serve")
-    outputs_file = folder / "outputs.json"
-    stdout, stderr = folder / "stdout", folder / "stderr"
-    command = [sys.executable, "-m", "dependency_tracker.cli", "serve", "--port", "0"]
-    command += ["--prefix", "deptrack", "--outputs-file", str(outputs_file)]
-    command += ["--log-file", str(folder / "serve.log"), "--json"]
-    with stdout.open("wb") as out, stderr.open("wb") as err:
-        process = subprocess.Popen(command, stdout=out, stderr=err)  # noqa: S603
-    try:
-
-        def started() -> bool:
-            if process.poll() is not None:
-                pytest.fail(f"serve exited {process.returncode}: {stderr.read_text()}")
-            return outputs_file.exists()
-
-        wait_until(started, timeout=STARTUP_SECONDS)
-        outputs = json.loads(outputs_file.read_text())
-        yield Server(process, outputs, outputs_file, stdout, stderr)
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    with serving(tmp_path_factory.mktemp("serve")) as running:
+        yield running
 
 
 def simulate(item: str, *, seconds: int = 0, outcome: str = "succeed") -> dict[str, Any]:
@@ -139,12 +68,6 @@ def simulate(item: str, *, seconds: int = 0, outcome: str = "succeed") -> dict[s
 
 def sim_id(item: str) -> str:
     return f"cli/workflow-simulate/{item}"
-
-
-def write(folder: Path, name: str, document: Any) -> str:
-    path = folder / name
-    path.write_text(json.dumps(document))
-    return str(path)
 
 
 @pytest.fixture(scope="module")

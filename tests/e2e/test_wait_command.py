@@ -8,9 +8,6 @@ CloudFormation stack ``serve`` registers.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -20,6 +17,8 @@ from typer.testing import CliRunner
 from dependency_tracker.cli.__main__ import app
 from dependency_tracker.cli.commands.serve import template_outputs
 from tests.conftest import wait_until
+from tests.e2e.conftest import dependency, dependency_id
+from tests.e2e.serving import serving, write
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -36,30 +35,8 @@ PARENT_ID = "wait/mosaic-1"
 @pytest.fixture(scope="module")
 def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """``serve --port 0 --stack-name quickstart``; its outputs."""
-    folder = tmp_path_factory.mktemp("serve")
-    outputs_file = folder / "outputs.json"
-    command = [sys.executable, "-m", "dependency_tracker.cli", "serve", "--port", "0"]
-    command += ["--prefix", "deptrack", "--stack-name", STACK, "--json"]
-    command += ["--outputs-file", str(outputs_file), "--log-file", str(folder / "serve.log")]
-    process = subprocess.Popen(  # noqa: S603
-        command, stdout=subprocess.DEVNULL, stderr=(folder / "stderr").open("wb")
-    )
-    try:
-
-        def started() -> bool:
-            if process.poll() is not None:
-                pytest.fail(f"serve exited {process.returncode}: {(folder / 'stderr').read_text()}")
-            return outputs_file.exists()
-
-        wait_until(started, timeout=60)
-        yield json.loads(outputs_file.read_text())
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with serving(tmp_path_factory.mktemp("serve"), "--stack-name", STACK) as running:
+        yield running.outputs
 
 
 def cli(outputs: dict[str, Any], *args: str) -> Result:
@@ -71,26 +48,11 @@ def cli(outputs: dict[str, Any], *args: str) -> Result:
 
 
 def simulate(item: str, *, seconds: int = 0, outcome: str = "succeed") -> dict[str, Any]:
-    return {
-        "type": "FeatureCollection",
-        "features": [{"type": "Feature", "id": item, "collection": "wait"}],
-        "process": [
-            {
-                "workflow": "simulate",
-                "tasks": {"simulate": {"seconds": seconds, "outcome": outcome}},
-            }
-        ],
-    }
+    return dependency(item, seconds=seconds, outcome=outcome, collection="wait")
 
 
 def sim_id(item: str) -> str:
-    return f"wait/workflow-simulate/{item}"
-
-
-def write(folder: Path, name: str, document: Any) -> str:
-    path = folder / name
-    path.write_text(json.dumps(document))
-    return str(path)
+    return dependency_id(item, collection="wait")
 
 
 def test_serve_answers_for_its_outputs_as_a_cloudformation_stack(serve: dict[str, Any]) -> None:
