@@ -954,19 +954,8 @@ def test_lambda_service_statements_grant_exactly_what_lambda_needs(
     for stack in grant_stacks(template):
         # GIVEN the function's explicit role: SAM adds nothing to it (no managed policy,
         # no event-source or destination statement), so the role must hold it all
-        role = stack.role_of(function)
-        assert role is not None, f"{function} needs its own AWS::IAM::Role"
+        iam.assert_own_lambda_role(stack, function)
         assert "Policies" not in stack.properties(function)
-        assert "ManagedPolicyArns" not in stack.properties(role)
-        assert not [g for g in iam.role_grants(stack) if g.holder == function and g.sam_managed]
-        trust = stack.resolved_properties(role)["AssumeRolePolicyDocument"]["Statement"]
-        assert trust == [
-            {
-                "Effect": "Allow",
-                "Principal": {"Service": "lambda.amazonaws.com"},
-                "Action": "sts:AssumeRole",
-            }
-        ]
         statements = {s.sid: s for s in stack.statements(function)}
         names = LAMBDA_SERVICE_STATEMENTS[function]
         assert names <= set(statements), sorted(names - set(statements))
@@ -1899,6 +1888,18 @@ def simulated(item_id: str, outcome: str = "succeed", **extra: Any) -> dict[str,
     return body
 
 
+def denied_calls(
+    stack: Stack, calls: list[Call], parents: dict[str, str]
+) -> list[tuple[str, str, str]]:
+    """(function, action, resource) of every call its function's statements do not allow."""
+    return [
+        (call.function, call.action, resource)
+        for call in calls
+        for resource in call_resources(call, parents)
+        if not stack.allowed(call.function, call.action, resource)
+    ]
+
+
 def call_resources(call: Call, parents: dict[str, str]) -> list[str]:
     """The resource ARNs IAM authorizes ``call`` against."""
     service = call.action.partition(":")[0]
@@ -2101,13 +2102,7 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(
     parents = deployment.parents_by_token()
     # an invalid message keeps no parent; this token came from a wait-for-dependencies
     parents["bad"] = stack.physical("WaitForDependenciesStateMachine").ref
-    denied = [
-        (call.function, call.action, resource)
-        for call in calls
-        for resource in call_resources(call, parents)
-        if not stack.allowed(call.function, call.action, resource)
-    ]
-    assert denied == []
+    assert denied_calls(stack, calls, parents) == []
     # AND every grant was needed: each (action, resource) of each statement was called
     # (the Lambda-service statements serve the event source mapping, log delivery, failure
     # destinations and X-Ray, not the code: test_lambda_service_statements_grant_exactly_
@@ -2470,13 +2465,7 @@ def test_every_cirrus_mode_call_is_allowed_and_every_cirrus_grant_is_used(
     }
     parents = deployment.parents_by_token()
     parents["bad"] = stack.physical("WaitForDependenciesStateMachine").ref
-    denied = [
-        (call.function, call.action, resource)
-        for call in calls
-        for resource in call_resources(call, parents)
-        if not stack.allowed(call.function, call.action, resource)
-    ]
-    assert denied == []
+    assert denied_calls(stack, calls, parents) == []
     # AND every grant cirrus mode adds was needed: each (action, resource) was called by
     # the function holding it (the cirrus-events function's Lambda-service statements are
     # held to what Lambda needs by template_contract/test_cirrus_mode.py instead)

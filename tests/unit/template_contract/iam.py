@@ -265,3 +265,23 @@ def _as_dicts(value: Any) -> list[dict[str, Any]]:
 
 def _as_strings(value: Any) -> list[str]:
     return [str(item) for item in (value if isinstance(value, list) else [value])]
+
+
+LAMBDA_TRUST = [
+    {
+        "Effect": "Allow",
+        "Principal": {"Service": "lambda.amazonaws.com"},
+        "Action": "sts:AssumeRole",
+    }
+]
+
+
+def assert_own_lambda_role(stack: Stack, function: str) -> str:
+    """``function``'s explicit role, trusted by Lambda only, to which SAM adds nothing; its id."""
+    role = stack.role_of(function)
+    assert role is not None, f"{function} needs its own AWS::IAM::Role"
+    assert "ManagedPolicyArns" not in stack.properties(role)
+    assert not [g for g in role_grants(stack) if g.holder == function and g.sam_managed]
+    trust = stack.resolved_properties(role)["AssumeRolePolicyDocument"]["Statement"]
+    assert trust == LAMBDA_TRUST
+    return role

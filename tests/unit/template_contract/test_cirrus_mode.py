@@ -804,19 +804,9 @@ def test_cirrus_events_role_grants_exactly_what_lambda_needs(
 ) -> None:
     stack = Stack(template, parameters)
     # GIVEN the function's own role, trusted by Lambda only, to which SAM adds nothing
-    role = stack.role_of(CIRRUS_FUNCTION)
+    role = iam.assert_own_lambda_role(stack, CIRRUS_FUNCTION)
     assert role == "CirrusEventsRole"
     assert stack.resources[role]["Condition"] == "CirrusMode"
-    assert "ManagedPolicyArns" not in stack.properties(role)
-    assert not [g for g in iam.role_grants(stack) if g.holder == CIRRUS_FUNCTION and g.sam_managed]
-    trust = stack.resolved_properties(role)["AssumeRolePolicyDocument"]["Statement"]
-    assert trust == [
-        {
-            "Effect": "Allow",
-            "Principal": {"Service": "lambda.amazonaws.com"},
-            "Action": "sts:AssumeRole",
-        }
-    ]
     # WHEN its Lambda-service statements are read
     statements = {s.sid: s for s in stack.statements(CIRRUS_FUNCTION)}
     granted = {
