@@ -21,6 +21,7 @@ import pytest
 
 from dependency_tracker.handlers import cirrus_events
 from dependency_tracker.local import EmbeddedStack
+from dependency_tracker.local.stack import queue_arn
 from dependency_tracker.models.cirrus import WorkflowEventType
 from tests.cirrus.conftest import EventQueue
 from tests.conftest import wait_until
@@ -94,9 +95,7 @@ def running() -> Iterator[Running]:
             stack.cirrus.create_test_workflows(stack.client)
             sqs, sns = stack.client("sqs"), stack.client("sns")
             url = sqs.create_queue(QueueName="everything-cirrus-says")["QueueUrl"]
-            arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
-                "QueueArn"
-            ]
+            arn = queue_arn(sqs, url)
             sns.subscribe(
                 TopicArn=stack.outputs["CirrusWorkflowEventTopicArn"],
                 Protocol="sqs",

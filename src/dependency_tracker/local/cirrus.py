@@ -46,6 +46,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from dependency_tracker.local.pumps import ExecutionPump, SqsPump
+from dependency_tracker.local.stack import queue_arn
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -265,7 +266,7 @@ class CirrusDeployment:
                 Attributes={"MessageRetentionPeriod": str(_DLQ_RETENTION_SECONDS)},
             )["QueueUrl"]
         )
-        dlq_arn = _queue_arn(sqs, dlq_url)
+        dlq_arn = queue_arn(sqs, dlq_url)
         redrive = {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": self.max_receive_count}
         # No MaximumMessageSize: cirrus's template leaves the queue at SQS's default.
         queue_url = str(
@@ -308,7 +309,7 @@ class CirrusDeployment:
             "CirrusStateTableName": names["state_table"],
             "CirrusStateTableArn": str(table["TableDescription"]["TableArn"]),
             "CirrusProcessQueueUrl": queue_url,
-            "CirrusProcessQueueArn": _queue_arn(sqs, queue_url),
+            "CirrusProcessQueueArn": queue_arn(sqs, queue_url),
             "CirrusProcessDlqUrl": dlq_url,
             "CirrusProcessDlqArn": dlq_arn,
             "CirrusUpdateStateDlqUrl": update_state_dlq_url,
@@ -472,11 +473,6 @@ def _state_table_spec(name: str) -> dict[str, Any]:
             for index in ("state_updated", "updated")
         ],
     }
-
-
-def _queue_arn(sqs: Any, queue_url: str) -> str:
-    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
-    return str(attributes["Attributes"]["QueueArn"])
 
 
 def _create_bucket(s3: Any, bucket: str, region: str) -> None:

@@ -367,10 +367,10 @@ class EmbeddedStack:
             machines[name] = created["stateMachineArn"]
         self.outputs = {
             "ProcessQueueUrl": queue_url,
-            "ProcessQueueArn": _queue_arn(sqs, queue_url),
+            "ProcessQueueArn": queue_arn(sqs, queue_url),
             "ProcessDlqUrl": dlq_url,
             "StatusReportQueueUrl": report_url,
-            "StatusReportQueueArn": _queue_arn(sqs, report_url),
+            "StatusReportQueueArn": queue_arn(sqs, report_url),
             "StatusReportDlqUrl": report_dlq_url,
             "StateTableName": names["StateTableName"],
             "DependencyTableName": names["DependencyTableName"],
@@ -396,7 +396,7 @@ class EmbeddedStack:
         events_url, events_dlq_url = self._queue_with_dlq(
             sqs, f"{self.prefix}-cirrus-events", f"{self.prefix}-cirrus-events-dlq"
         )
-        events_arn = _queue_arn(sqs, events_url)
+        events_arn = queue_arn(sqs, events_url)
         # As the template subscribes it: raw delivery (the body is cirrus's event itself) and
         # the template's filter (template_contract/test_cirrus_mode.py holds both to it).
         self.client("sns").subscribe(
@@ -426,7 +426,7 @@ class EmbeddedStack:
         """A queue whose failed messages reach ``dlq_name`` after ``max_receive_count``."""
         dlq_url = str(sqs.create_queue(QueueName=dlq_name)["QueueUrl"])
         redrive = {
-            "deadLetterTargetArn": _queue_arn(sqs, dlq_url),
+            "deadLetterTargetArn": queue_arn(sqs, dlq_url),
             "maxReceiveCount": self._max_receive_count,
         }
         queue_url = sqs.create_queue(
@@ -499,7 +499,8 @@ class EmbeddedStack:
         self._runner.start()
 
 
-def _queue_arn(sqs: Any, queue_url: str) -> str:
+def queue_arn(sqs: Any, queue_url: str) -> str:
+    """The ARN of the queue at ``queue_url``."""
     attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
     return str(attributes["Attributes"]["QueueArn"])
 
