@@ -268,7 +268,9 @@ class CirrusEvents:
 
     def reconcile(self, payload_id: str) -> tuple[CirrusAction, int]:
         """Resolve the payload's waiters if cirrus's state table says it ended."""
-        seen = self.states.get(payload_id)
+        return self._settle(payload_id, self.states.get(payload_id))
+
+    def _settle(self, payload_id: str, seen: CirrusStateItem | None) -> tuple[CirrusAction, int]:
         if seen is None or not seen.state.is_terminal:
             # A late event about a run cirrus has since replaced, or a state not yet
             # visible to this reader: the next event (or the sweeper) looks again.
@@ -281,9 +283,10 @@ class CirrusEvents:
 
     def _refused(self, event: WorkflowEvent) -> tuple[CirrusAction, int]:
         """The payload cirrus could not read: tell its waiters, or they wait to the end."""
-        if self.states.get(event.payload_id) is not None:
+        seen = self.states.get(event.payload_id)
+        if seen is not None:
             # cirrus knows the payload: whatever was refused, its state is the truth.
-            return self.reconcile(event.payload_id)
+            return self._settle(event.payload_id, seen)
         resolution = Resolution(
             state=PayloadState.INVALID,
             error=event.event_type,
