@@ -82,6 +82,8 @@ class JoinItem(DependencyRow):
     registered_chunks: int = 0
     duplicates: int = 0  # entries naming a member listed before
     source: str | None = None  # where the members are read from (a manifest url)
+    source_etag: str | None = None  # the version of ``source`` the join reads, and only it
+    source_version: str | None = None
     winner: str | None = None
     parent_execution: str | None = None
     waiter_payload_id: str | None = None

@@ -202,6 +202,9 @@ class JoinChunk(BaseModel):
     index: int = Field(ge=1)
     offset: int = Field(ge=0)
     payloads_url: str = Field(pattern=r"^s3://")
+    # The member list's version read first: later chunks read only that version.
+    etag: str | None = None
+    version_id: str | None = None
 
 
 class JoinChunkMessage(BaseModel):

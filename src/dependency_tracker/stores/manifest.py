@@ -14,14 +14,19 @@ offset of the next entry's first byte, which is never ``,`` (an entry that
 starts with it is refused when the slice before it peeks). So a slice at an
 offset past 0 whose first non-whitespace byte is ``,`` continues an array.
 When ``end`` is True, ``next_offset`` is the object's size.
+
+A join reads one version of its manifest: the first slice records the object's
+ETag (and version id, in a versioned bucket) and every later slice is read
+with ``IfMatch`` (and that ``VersionId``), so a manifest overwritten while a
+join registers is refused instead of read as a mix of two lists.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import urlparse
 
 from botocore.exceptions import ClientError
@@ -40,6 +45,8 @@ if TYPE_CHECKING:
 _UNREADABLE_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "AccessDenied", "404", "403"})
 # S3 refuses a range starting at or past the object's size (and any range of an empty object).
 _INVALID_RANGE = "InvalidRange"
+# IfMatch no longer holds: the object was overwritten. NoSuchVersion: the version read is gone.
+_CHANGED_CODES = frozenset({"PreconditionFailed", "412", "NoSuchVersion"})
 
 BLOCK_BYTES = 64 * 1024
 
@@ -53,6 +60,28 @@ _IN_STRING = re.compile(rb'["\\]')
 _LINE_BREAKS = str.maketrans({char: f"\\u{ord(char):04x}" for char in "\x85\u2028\u2029"})
 
 
+class Pinned(TypedDict, total=False):
+    """``GetObject``/``HeadObject`` arguments naming one version of an object."""
+
+    IfMatch: str
+    VersionId: str
+
+
+@dataclass(frozen=True)
+class ObjectVersion:
+    """Which version of an S3 object was read: its ETag, and its version id if versioned."""
+
+    etag: str | None = None
+    version_id: str | None = None
+
+    def pinned(self) -> Pinned:
+        """``GetObject``/``HeadObject`` arguments that read this version or fail."""
+        arguments = Pinned(IfMatch=self.etag) if self.etag else Pinned()
+        if self.version_id:
+            arguments["VersionId"] = self.version_id
+        return arguments
+
+
 @dataclass(frozen=True)
 class ManifestSlice:
     """Entries of a manifest from one offset on, and where the next slice starts."""
@@ -60,6 +89,8 @@ class ManifestSlice:
     entries: list[dict[str, Any]]  # raw JSON objects, in manifest order (not validated)
     next_offset: int  # byte offset in the object where the next slice starts
     end: bool  # True when no entry follows these entries
+    # The version these entries were read from (slices compare by content).
+    version: ObjectVersion = field(default=ObjectVersion(), compare=False)
 
 
 def manifest_text(entries: Iterable[Mapping[str, Any]]) -> str:
@@ -92,12 +123,18 @@ class ManifestReader:
         self._block_bytes = block_bytes
         self._max_entry_bytes = max_entry_bytes
 
-    def read(self, url: str, *, offset: int = 0, limit: int) -> ManifestSlice:
+    def read(
+        self, url: str, *, offset: int = 0, limit: int, version: ObjectVersion | None = None
+    ) -> ManifestSlice:
         """At most ``limit`` entries from ``offset`` (0, or a ``next_offset`` returned before).
 
+        With ``version`` (a slice's ``version`` read before) only that version is
+        read; a manifest changed since is refused.
+
         Raises:
-            InvalidMessageError: The url is malformed, the manifest cannot be read
-                or is not a manifest (``InvalidJoin``, not retryable).
+            InvalidMessageError: The url is malformed, the manifest cannot be read,
+                is not a manifest or changed since ``version`` (``InvalidJoin``, not
+                retryable).
             ClientError: Any other S3 failure (throttling, 5xx), unchanged.
         """
         if limit < 1:
@@ -107,17 +144,25 @@ class ManifestReader:
             msg = f"offset must not be negative, not {offset}"
             raise ValueError(msg)
         bucket, key = _split_url(url)
+        pinned = version.pinned() if version is not None else Pinned()
         try:
-            response = self._s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={offset}-")
+            response = self._s3.get_object(
+                Bucket=bucket, Key=key, Range=f"bytes={offset}-", **pinned
+            )
         except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
+            code = _code(exc)
+            if code in _CHANGED_CODES:
+                raise _changed(url, version, code) from exc
             if code in _UNREADABLE_CODES:
                 raise _invalid(f"manifest {url} cannot be read: {code}") from exc
             if code != _INVALID_RANGE:
                 raise
             if offset == 0:  # an empty object
                 raise _invalid(f"manifest {url} has no entry") from exc
-            return ManifestSlice([], offset, end=True)
+            if pinned:
+                # Past the end of *some* version: make sure it is still the one read.
+                self._check_unchanged(bucket, key, url, version, pinned)
+            return ManifestSlice([], offset, end=True, version=version or ObjectVersion())
         body = response["Body"]
         try:
             parser = _SliceParser(
@@ -127,9 +172,43 @@ class ManifestReader:
                 limit=limit,
                 max_entry_bytes=self._max_entry_bytes,
             )
-            return parser.parse()
+            read = ObjectVersion(response.get("ETag"), response.get("VersionId"))
+            return replace(parser.parse(), version=read)
         finally:
             body.close()
+
+    def _check_unchanged(
+        self,
+        bucket: str,
+        key: str,
+        url: str,
+        version: ObjectVersion | None,
+        pinned: Pinned,
+    ) -> None:
+        try:
+            self._s3.head_object(Bucket=bucket, Key=key, **pinned)
+        except ClientError as exc:
+            code = _code(exc)
+            if code in _CHANGED_CODES:
+                raise _changed(url, version, code) from exc
+            raise
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _changed(url: str, version: ObjectVersion | None, code: str) -> InvalidMessageError:
+    return _invalid(changed_cause(url, version.etag if version else None, f"S3 answered {code}"))
+
+
+def changed_cause(url: str | None, etag: str | None, now: str) -> str:
+    """Why a join whose member list changed under it is refused (``now``: what was seen)."""
+    return (
+        f"manifest {url} changed while the join was registering its members (first read"
+        f" as ETag {etag}; {now}): a join reads one version of its member list, so write"
+        " a changed list under a new key and start a new join"
+    )
 
 
 def _split_url(url: str) -> tuple[str, str]:

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 # retrying can help, so these fail the record instead of dropping it.
 _RETRYABLE_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "AccessDenied", "404", "403"})
 
+# If-None-Match: * refused: the object exists (412), or a write of it is in flight (409).
+_ALREADY_WRITTEN_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict"})
+
 # A process payload larger than this is not a payload but an accident.
 MAX_PAYLOAD_BYTES = 10 * 1024 * 1024
 
@@ -49,6 +52,31 @@ class PayloadBucket:
             ContentType="application/json",
         )
         return f"s3://{self.bucket_name}/{key}"
+
+    def write_once(self, key: str, text: str) -> tuple[str, str]:
+        """Store ``text`` under ``key`` unless an object is there; returns its url and ETag.
+
+        A redelivery finds its own object (``If-None-Match: *`` refuses the
+        overwrite) and reads its ETag back: an ETag handed out before stays valid,
+        which a rewrite would not guarantee (with SSE-KMS the ETag is no digest).
+        """
+        if self.bucket_name is None:
+            msg = "no payload bucket is configured"
+            raise RuntimeError(msg)
+        try:
+            written = self._client.put_object(
+                Bucket=self.bucket_name,
+                Key=key,
+                Body=text.encode("utf-8"),
+                ContentType="application/json",
+                IfNoneMatch="*",
+            )
+            etag = written["ETag"]
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in _ALREADY_WRITTEN_CODES:
+                raise
+            etag = self._client.head_object(Bucket=self.bucket_name, Key=key)["ETag"]
+        return f"s3://{self.bucket_name}/{key}", etag
 
     def read_url(self, url: str) -> str:
         """Text of the object at ``s3://bucket/key``.

@@ -38,10 +38,16 @@ from dependency_tracker.models import (
     membership_id_for,
     utcnow,
 )
-from dependency_tracker.models.messages import read_members
+from dependency_tracker.models.messages import JoinChunk, read_members
 from dependency_tracker.observability import logger, metrics, redact_token
 from dependency_tracker.stores.joins import Registration
-from dependency_tracker.stores.manifest import ManifestReader, manifest_text
+from dependency_tracker.stores.manifest import (
+    ManifestReader,
+    ObjectVersion,
+    changed_cause,
+    manifest_text,
+)
+from dependency_tracker.tokens import token_hash
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
@@ -72,11 +78,22 @@ class MemberStarter(Protocol):
 
 
 class Position:
-    """Where the rest of a member list is read from: a manifest url and a byte offset."""
+    """Where the rest of a member list is read from: a url, a byte offset and the version read."""
 
-    def __init__(self, url: str, offset: int) -> None:
+    def __init__(self, url: str, offset: int, version: ObjectVersion | None = None) -> None:
         self.url = url
         self.offset = offset
+        self.version = version
+
+
+def members_key(join_id: str, task_token: str) -> str:
+    """Bucket key of a join's inline member list: the join's, and its owner's alone.
+
+    Keyed by the owner's token as well as the join id: another parent's message
+    reusing the join id writes its list elsewhere and never touches this one.
+    """
+    digest = hashlib.sha256(join_id.encode("utf-8")).hexdigest()
+    return f"{JOIN_MEMBERS_PREFIX}/{digest}/{token_hash(task_token)}/members.jsonl"
 
 
 class JoinRegistration:
@@ -118,7 +135,9 @@ class JoinRegistration:
         """
         join_id, token = message.join_id, message.join.task_token
         logger.append_keys(join_id=join_id, token_hash=redact_token(token))
-        payloads, rest = self._first_chunk(message)
+        # Reads the manifest (or writes the inline list under this token's own key):
+        # nothing here touches what another token's join with this id wrote.
+        payloads, rest, source = self._first_chunk(message)
         now = utcnow()
         row = JoinItem(
             payload_id=join_partition_for(join_id),
@@ -127,7 +146,9 @@ class JoinRegistration:
             task_token=token,
             quorum=message.quorum,
             total=message.total,
-            source=rest.url if rest is not None else message.payloads_url,
+            source=source.url if source is not None else None,
+            source_etag=source.version.etag if source and source.version else None,
+            source_version=source.version.version_id if source and source.version else None,
             parent_execution=message.join.parent_execution,
             waiter_payload_id=message.join.waiter_payload_id,
             created_at=now,
@@ -138,10 +159,17 @@ class JoinRegistration:
             existing = self.joins.get(join_id)
             if existing is not None and existing.task_token != token:
                 raise InvalidMessageError(
-                    f"join_id {join_id!r} is already used by another task token",
+                    f"join_id {join_id!r} is already used by another task token (a join_id"
+                    " belongs to the first parent that sends it; a retried or redriven"
+                    " parent sends a new token: give each attempt its own join_id)",
                     task_token=token,
                     error_name=DependencyError.INVALID_JOIN,
                 )
+            if existing is not None and existing.source_etag not in (None, row.source_etag):
+                # A redelivery that read a manifest other than the one the join began with.
+                seen = f"read again as ETag {row.source_etag}"
+                self._invalid(existing, changed_cause(existing.source, existing.source_etag, seen))
+                return True
             row = existing or row  # a redelivery: carry on, every step is idempotent
         # A join created just now has no chunk and no decision yet: nothing to check.
         return self._run(row, 0, payloads, rest, message.message_id, checked=fresh)
@@ -160,9 +188,12 @@ class JoinRegistration:
             raise InvalidMessageError(f"join_chunk of join {chunk.join_id!r}, which does not exist")
         if self._stopped(join, chunk.index):
             return True
+        version = ObjectVersion(chunk.etag, chunk.version_id)
+        if chunk.etag is None and chunk.version_id is None:
+            version = ObjectVersion(join.source_etag, join.source_version)
         try:
             payloads, rest = self._read(
-                join, chunk.index, Position(chunk.payloads_url, chunk.offset)
+                join, chunk.index, Position(chunk.payloads_url, chunk.offset, version)
             )
         except InvalidMessageError as exc:
             if exc.retryable:
@@ -173,51 +204,62 @@ class JoinRegistration:
 
     # ------------------------------------------------------------------ steps
 
-    def _first_chunk(self, message: JoinMessage) -> tuple[list[ProcessPayload], Position | None]:
-        """The first chunk's payloads, and where the rest is (None: nothing follows)."""
+    def _first_chunk(
+        self, message: JoinMessage
+    ) -> tuple[list[ProcessPayload], Position | None, Position | None]:
+        """The first chunk's payloads, where the rest is (None: nothing follows), and the list.
+
+        The list's position is its url and the version read (a manifest's, or the
+        inline list's written copy); None for an inline list read whole.
+        """
         token = message.join.task_token
         if message.payloads_url is not None:
             try:
-                return self._read_at(Position(message.payloads_url, 0), 0, token)
+                payloads, rest, version = self._read_at(Position(message.payloads_url, 0), 0, token)
             except InvalidMessageError as exc:
                 exc.task_token = exc.task_token or token
                 raise
+            return payloads, rest, Position(message.payloads_url, 0, version)
         entries = message.entries
         head = entries[: self.chunk_size]
         payloads = read_members(
             head, first_index=0, where="payloads", load_url=self._bucket.read_url, task_token=token
         )
         if len(entries) <= self.chunk_size:
-            return payloads, None
+            return payloads, None, None
         if not self._continues():
             # No bucket or queue to carry on from: this invocation registers them all.
-            rest = read_members(
+            others = read_members(
                 entries[self.chunk_size :],
                 first_index=self.chunk_size,
                 where="payloads",
                 load_url=self._bucket.read_url,
                 task_token=token,
             )
-            return payloads + rest, None
-        digest = hashlib.sha256(message.join_id.encode("utf-8")).hexdigest()
-        # Same join, same text, same key: a redelivery rewrites the same object.
-        url = self._bucket.write(
-            f"{JOIN_MEMBERS_PREFIX}/{digest}/members.jsonl", manifest_text(entries)
+            return payloads + others, None, None
+        # Written once: a redelivery finds its own object and the ETag it had.
+        url, etag = self._bucket.write_once(
+            members_key(message.join_id, token), manifest_text(entries)
         )
+        version = ObjectVersion(etag)
         offset = len(manifest_text(head).encode("utf-8"))
-        return payloads, Position(url, offset)
+        return payloads, Position(url, offset, version), Position(url, 0, version)
 
     def _read(
         self, join: JoinItem, index: int, position: Position
     ) -> tuple[list[ProcessPayload], Position | None]:
-        return self._read_at(position, index * self.chunk_size, join.task_token)
+        payloads, rest, _ = self._read_at(position, index * self.chunk_size, join.task_token)
+        return payloads, rest
 
     def _read_at(
         self, position: Position, first_index: int, token: str | None
-    ) -> tuple[list[ProcessPayload], Position | None]:
+    ) -> tuple[list[ProcessPayload], Position | None, ObjectVersion]:
+        """One chunk from ``position``: its payloads, the rest, and the version read."""
         if self._manifests is None:  # built on first use: most joins never read one
             self._manifests = ManifestReader(self._bucket.client)
-        piece = self._manifests.read(position.url, offset=position.offset, limit=self.chunk_size)
+        piece = self._manifests.read(
+            position.url, offset=position.offset, limit=self.chunk_size, version=position.version
+        )
         payloads = read_members(
             piece.entries,
             first_index=first_index,
@@ -225,7 +267,8 @@ class JoinRegistration:
             load_url=self._bucket.read_url,
             task_token=token,
         )
-        return payloads, None if piece.end else Position(position.url, piece.next_offset)
+        rest = None if piece.end else Position(position.url, piece.next_offset, piece.version)
+        return payloads, rest, piece.version
 
     def _continues(self) -> bool:
         return self._bucket.writable and self._sqs is not None and self._queue_url is not None
@@ -284,14 +327,15 @@ class JoinRegistration:
         if self._sqs is None or self._queue_url is None:
             msg = "a join can only continue through the process queue"
             raise RuntimeError(msg)
-        body = {
-            "join_chunk": {
-                "join_id": join_id,
-                "index": index,
-                "offset": rest.offset,
-                "payloads_url": rest.url,
-            }
-        }
+        chunk = JoinChunk(
+            join_id=join_id,
+            index=index,
+            offset=rest.offset,
+            payloads_url=rest.url,
+            etag=rest.version.etag if rest.version else None,
+            version_id=rest.version.version_id if rest.version else None,
+        )
+        body = {"join_chunk": chunk.model_dump(exclude_none=True)}
         self._sqs.send_message(QueueUrl=self._queue_url, MessageBody=json.dumps(body))
         logger.info("join continues", extra={"next_chunk": index, "offset": rest.offset})
 
