@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
+from dependency_tracker.keys import partition_key
 from dependency_tracker.limits import KIB, SFN_MAX_CAUSE_CHARS, utf8_size
 from dependency_tracker.models.enums import DependencyError, PayloadState
 from dependency_tracker.models.joins import JoinCounts
@@ -127,6 +128,9 @@ class JoinSummary(BaseModel):
     winner: str | None = None
     duplicates: list[str] = []
     cycle: list[str] | None = None  # only when the join was refused with DependencyCycle
+    # Members of n in no list: the join was decided before their chunk was registered,
+    # so it never started them (only for a join decided early; n is known).
+    unregistered: int = 0
 
     @classmethod
     def of(
@@ -135,13 +139,17 @@ class JoinSummary(BaseModel):
         counts: JoinCounts,
         members: list[MemberOutcome],
         duplicates: list[str] | None = None,
+        *,
+        total: int | None = None,
     ) -> JoinSummary:
         """The summary of a join: its counts and each member's outcome, in manifest order.
 
         ``quorum`` and ``total`` are the join's k and n; while members are still
-        being registered (a decision taken early) n counts those registered.
+        being registered (a decision taken early) n is ``total`` if given, else
+        the members registered. :meth:`from_members` derives the counts instead.
         """
-        total = join.known_total if join.known_total is not None else join.registered
+        if total is None:
+            total = join.known_total if join.known_total is not None else join.registered
         return cls(
             join_id=join.join_id,
             quorum=join.quorum if join.quorum is not None else total,
@@ -154,10 +162,30 @@ class JoinSummary(BaseModel):
                 if m.state is not None and m.state is not PayloadState.SUCCEEDED
             ],
             pending=[m.payload_id for m in members if m.state is None],
-            winner=join.winner if join.quorum == 1 else None,
+            winner=_winner(join, members) if join.quorum == 1 else None,
             duplicates=duplicates or [],
             cycle=join.cycle,
         )
+
+    @classmethod
+    def from_members(
+        cls, join: JoinItem, members: list[MemberOutcome], duplicates: list[str] | None = None
+    ) -> JoinSummary:
+        """The summary of one read of a join's members: each count is its list's length.
+
+        ``members`` are every member named so far, once each. Until n is known,
+        ``total`` counts them; once known it is n, and the members a join decided
+        early never registered are ``unregistered``: the counts and it add up to
+        ``total``.
+        """
+        ended = [m for m in members if m.state is not None]
+        succeeded = sum(m.state is PayloadState.SUCCEEDED for m in ended)
+        counts = JoinCounts(
+            succeeded=succeeded, failed=len(ended) - succeeded, pending=len(members) - len(ended)
+        )
+        total = join.known_total if join.known_total is not None else len(members)
+        summary = cls.of(join, counts, members, duplicates, total=total)
+        return summary.model_copy(update={"unregistered": max(0, total - len(members))})
 
     def to_json(self) -> str:
         """The full summary, compact JSON; ``winner`` only for either-or joins."""
@@ -166,6 +194,8 @@ class JoinSummary(BaseModel):
             exclude.add("duplicates")
         if self.cycle is None:
             exclude.add("cycle")
+        if not self.unregistered:
+            exclude.add("unregistered")
         return self.model_dump_json(exclude=exclude)
 
     def reference(self, summary_url: str | None, limit: int = MAX_JOIN_OUTPUT_BYTES) -> str:
@@ -173,8 +203,9 @@ class JoinSummary(BaseModel):
 
         The lists (``succeeded``, ``failed``, ``pending``, ``duplicates``) are
         left out, never cut: a parent sees either every id or none, and
-        ``truncated: true``. ``counts``, ``winner`` (either-or) and ``cycle`` stay;
-        ``summary_url`` names the full summary when it could be stored.
+        ``truncated: true``. ``counts``, ``unregistered``, ``winner`` (either-or)
+        and ``cycle`` stay; ``summary_url`` names the full summary when it could
+        be stored.
         """
         fields: dict[str, Any] = {
             "join_id": self.join_id,
@@ -182,6 +213,8 @@ class JoinSummary(BaseModel):
             "total": self.total,
             "counts": self.counts.model_dump(),
         }
+        if self.unregistered:
+            fields["unregistered"] = self.unregistered
         if self.quorum == 1:
             fields["winner"] = self.winner
         if self.cycle is not None:
@@ -193,6 +226,24 @@ class JoinSummary(BaseModel):
             # Only ids of pathological length get here; the row and the object keep it.
             del fields["cycle"]
         return _fit(fields, ["winner"], limit, utf8_size)
+
+
+def _winner(join: JoinItem, members: list[MemberOutcome]) -> str | None:
+    """The join's winner as the lists name it.
+
+    The join row keeps the winner in its key form (the row stays small), while
+    the lists carry whole ids: a winner longer than a key is named by its whole
+    id, as in ``succeeded``.
+    """
+    if join.winner is None:
+        return None
+    for member in members:
+        if member.state is PayloadState.SUCCEEDED and join.winner in (
+            member.payload_id,
+            partition_key(member.payload_id),
+        ):
+            return member.payload_id
+    return join.winner
 
 
 def _fit(

@@ -289,10 +289,12 @@ class JoinStore:
     # ----------------------------------------------------------------- summary
 
     def members(self, join_id: str) -> tuple[list[MemberOutcome], list[str]]:
-        """Every registered member with its outcome, in manifest order, and the duplicates.
+        """Each member the chunk rows name, once, with its outcome (manifest order); duplicates.
 
         One ``Query`` page per ~1 MB of chunk rows, then one ``BatchGetItem`` per
-        100 members: read once, when the decided join's summary is sent.
+        100 members: read once, when the decided join's summary is sent (its
+        counts and lists both come from this read). A member whose row is not
+        written yet, or not terminal, is pending.
         """
         keys: list[str] = []
         duplicates: list[str] = []

@@ -19,12 +19,15 @@ MAX_MEMBER_ERROR_CHARS = 64
 
 
 def read_summary(joins: JoinStore, join: JoinItem) -> JoinSummary:
-    """The join's full summary: counts from its shards, lists from its membership rows.
+    """The join's full summary: counts and lists from one read of its membership rows.
 
     Reads every chunk row and membership row once (one ``BatchGetItem`` per 100
     members); the callback flow then sends it inline or stores it.
     """
-    _, succeeded, failed = joins.read(join.join_id)
+    # Not the count shards: read apart from the rows, a member ending in between
+    # lands in one and not the other. The rows are also the fresher record (a row
+    # turns terminal before it is counted), so every outcome the decision counted
+    # is in the summary, and it never contradicts the decision.
     members, duplicates = joins.members(join.join_id)
     members = [
         member.model_copy(update={"error": clip(member.error, MAX_MEMBER_ERROR_CHARS)})
@@ -32,7 +35,7 @@ def read_summary(joins: JoinStore, join: JoinItem) -> JoinSummary:
         else member
         for member in members
     ]
-    return JoinSummary.of(join, join.counts(succeeded, failed), members, duplicates)
+    return JoinSummary.from_members(join, members, duplicates)
 
 
 def invalid_join_cause(join: JoinItem) -> str:
