@@ -21,6 +21,10 @@ ENV_CLAIM_LEASE_SECONDS = "DEPTRACK_CLAIM_LEASE_SECONDS"
 ENV_PROCESS_QUEUE_URL = "DEPTRACK_PROCESS_QUEUE_URL"
 ENV_CYCLE_DEPTH = "DEPTRACK_CYCLE_DEPTH"
 ENV_JOIN_CHUNK_SIZE = "DEPTRACK_JOIN_CHUNK_SIZE"
+# The process queue's maxReceiveCount (template: ProcessMaxReceiveCount), read by the
+# process function alone: on a message's last receive its parent is answered.
+ENV_PROCESS_MAX_RECEIVE_COUNT = "DEPTRACK_PROCESS_MAX_RECEIVE_COUNT"
+PROCESS_VARIABLES = (ENV_PROCESS_MAX_RECEIVE_COUNT,)
 # Cirrus mode (docs/cirrus.md): set the state table and the process queue of a cirrus-geo
 # v2 deployment, and the tracker forwards payloads there instead of running them itself.
 ENV_CIRRUS_STATE_TABLE = "DEPTRACK_CIRRUS_STATE_TABLE"
@@ -64,6 +68,10 @@ class Settings(BaseModel, frozen=True):
             payloads (A waits on B waits on A is 2); 0 turns the check off.
         join_chunk_size: Members of a join registered (and started) per
             invocation; the rest continue through the process queue.
+        process_max_receive_count: The process queue's ``maxReceiveCount``. A
+            message failing on that receive (its last before the DLQ) has its
+            parent answered first; None turns that rule off, so such a parent
+            waits out its callback timeout.
         cirrus_state_table: cirrus mode: the cirrus-geo deployment's state table
             (read, never written). Cirrus mode is on when this is set.
         cirrus_process_queue_url: cirrus mode: where payloads are sent to be run.
@@ -82,6 +90,7 @@ class Settings(BaseModel, frozen=True):
     process_queue_url: str | None = None
     cycle_depth: int = Field(default=DEFAULT_CYCLE_DEPTH, ge=0)
     join_chunk_size: int = Field(default=DEFAULT_JOIN_CHUNK_SIZE, ge=1, le=MAX_JOIN_CHUNK_SIZE)
+    process_max_receive_count: int | None = Field(default=None, ge=1)
     cirrus_state_table: str | None = None
     cirrus_process_queue_url: str | None = None
     cirrus_payload_bucket: str | None = None
@@ -124,6 +133,7 @@ class Settings(BaseModel, frozen=True):
             (ENV_WAITER_RETENTION_DAYS, "waiter_retention_days"),
             (ENV_CLAIM_LEASE_SECONDS, "claim_lease_seconds"),
             (ENV_JOIN_CHUNK_SIZE, "join_chunk_size"),
+            (ENV_PROCESS_MAX_RECEIVE_COUNT, "process_max_receive_count"),
         ):
             number = os.getenv(variable)
             if number:

@@ -233,9 +233,13 @@ class Generator:
             None,
             ["s3://a/b"],
         ]
-        retryable = [f"s3://{BUCKET}/missing/{rng.randrange(3)}.json", "s3://no-such-bucket/k"]
+        missing = [f"s3://{BUCKET}/missing/{rng.randrange(3)}.json", "s3://no-such-bucket/k"]
         if rng.random() < 0.3:
-            return self._case({"url": rng.choice(retryable)}, "url-missing-object", "failure")
+            url = rng.choice(missing)
+            if url.startswith("s3://no-such-bucket/"):
+                # No retry makes a bucket appear: refused at once.
+                return self._case({"url": url}, "url-missing-bucket", "invalid")
+            return self._case({"url": url}, "url-missing-object", "failure")
         return self._case({"url": rng.choice(invalid)}, "bad-url", "invalid")
 
     def invalid_join(self) -> Case:

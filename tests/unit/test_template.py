@@ -138,10 +138,15 @@ def transformed() -> dict[str, Any]:
 def setting_variables(function: str | None = None) -> set[str]:
     """Every environment variable ``settings.py`` reads (its ``ENV_*`` names) for ``function``.
 
-    The ``DEPTRACK_SWEEPER_*`` variables are read by the sweeper alone.
+    The ``DEPTRACK_SWEEPER_*`` variables are read by the sweeper alone, and
+    ``settings.PROCESS_VARIABLES`` by the process function alone.
     """
     names = {value for name, value in vars(settings).items() if name.startswith("ENV_")}
-    if function in (None, "SweeperFunction"):
+    if function is None:
+        return names
+    if function != "ProcessFunction":
+        names -= set(settings.PROCESS_VARIABLES)
+    if function == "SweeperFunction":
         return names
     return names - {variable for variable, _, _ in settings.SWEEPER_VARIABLES}
 
@@ -606,6 +611,12 @@ def test_process_queue_redrives_and_outlasts_the_function(
         "deadLetterTargetArn": stack.arn_of("ProcessDlq"),
         "maxReceiveCount": stack.parameter("ProcessMaxReceiveCount"),
     }
+    # the function knows which receive is the last, to answer the parent before the DLQ
+    variables = environment(stack, "ProcessFunction")
+    assert (
+        variables[settings.ENV_PROCESS_MAX_RECEIVE_COUNT]
+        == queue["RedrivePolicy"]["maxReceiveCount"]
+    )
     mapping = unresolved_event(stack, "ProcessFunction", "SQS")
     assert mapping["Queue"] == {"Fn::GetAtt": ["ProcessQueue", "Arn"]}
     assert mapping["BatchSize"] == {"Ref": "ProcessBatchSize"}

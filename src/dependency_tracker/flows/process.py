@@ -296,6 +296,74 @@ class ProcessFlow:
             )
         return ProcessAction.INVALID
 
+    def answer_last_receive(
+        self,
+        *,
+        body: str,
+        message_id: str | None,
+        message: ProcessMessage | JoinMessage | JoinChunkMessage | WaitMessage | None,
+        reason: str,
+        receive_count: int,
+        task_token: str | None = None,
+    ) -> bool:
+        """Tell the parent of a message failing its last receive why; False if none can be told.
+
+        The message still goes to the DLQ (the caller raises): this only makes
+        sure its parent is not left to its callback timeout. A join is decided
+        ``FAILED``/``InvalidJoin`` (a ``join_chunk`` carries no token: the join
+        row does); a payload or wait is answered ``DependencyInvalid`` through an
+        invalid-message record, as :meth:`record_invalid` does. ``message`` is
+        None when the body could not be parsed; the token is then read from the
+        body if it can be (or given, ``task_token``).
+        """
+        cause = (
+            f"{reason} (failed on receive {receive_count}, the last the process queue "
+            "allows: the message is kept in its dead-letter queue)"
+        )
+        if isinstance(message, JoinChunkMessage):
+            return self._fail_join(message.join_id, cause, token=None)
+        token: str | None
+        if isinstance(message, JoinMessage):
+            token, error = message.join.task_token, DependencyError.INVALID_JOIN
+            if self._fail_join(message.join_id, cause, token=token):
+                return True
+        elif message is not None and message.callback is not None:
+            token, error = message.callback.task_token, DependencyError.INVALID
+        else:
+            found, error = _token_in(body)
+            token = task_token or found
+        if token is None:
+            logger.error("last receive failed: no parent to answer", extra={"reason": reason})
+            return False
+        # The reason may quote the body (an AWS error's message): no token is kept as text.
+        cause = redact_tokens(cause, token)
+        payload_id = (
+            message.payload_id if isinstance(message, ProcessMessage | WaitMessage) else None
+        )
+        self.record_invalid(
+            InvalidMessageError(cause, task_token=token, payload_id=payload_id, error_name=error),
+            body=body,
+            message_id=message_id,
+        )
+        metrics.add_metric(name="LastReceiveAnswers", unit=MetricUnit.Count, value=1)
+        return True
+
+    def _fail_join(self, join_id: str, cause: str, *, token: str | None) -> bool:
+        """Decide a registering join ``InvalidJoin``; False if it is not there or not ``token``'s.
+
+        An already decided join was answered before: True, nothing more to do.
+        """
+        join = self.dependencies.get_join(join_id)
+        if join is None or (token is not None and join.task_token != token):
+            return False
+        cause = redact_tokens(cause, join.task_token)
+        if self.dependencies.decide_join(
+            join_id, PayloadState.FAILED, error=DependencyError.INVALID_JOIN, cause=cause
+        ):
+            logger.error("join failed on its last receive", extra={"reason": cause})
+            metrics.add_metric(name="LastReceiveAnswers", unit=MetricUnit.Count, value=1)
+        return True
+
     # ------------------------------------------------------------------ steps
 
     def _count(self, action: ProcessAction, subject: str) -> None:
@@ -457,11 +525,36 @@ def _cycle_cause(cycle: Cycle) -> str:
     return f"waiting would close a dependency cycle: {cycle.describe()}"
 
 
+def _token_in(body: str) -> tuple[str | None, DependencyError]:
+    """Best effort: the task token of a body that could not be parsed, and what its parent hears.
+
+    ``{"join": {"task_token": ...}}`` is a join's (``InvalidJoin``); a ``callback``'s,
+    top-level or beside ``payload``, a single wait's (``DependencyInvalid``).
+    """
+    try:
+        document = json.loads(body)
+    except (json.JSONDecodeError, TypeError, RecursionError):
+        return None, DependencyError.INVALID
+    if isinstance(document, dict) and document.get("Type") == "Notification":
+        return _token_in(str(document.get("Message", "")))
+    if not isinstance(document, dict):
+        return None, DependencyError.INVALID
+    for key, error in (
+        ("join", DependencyError.INVALID_JOIN),
+        ("callback", DependencyError.INVALID),
+    ):
+        holder = document.get(key)
+        token = holder.get("task_token") if isinstance(holder, dict) else None
+        if isinstance(token, str) and token:
+            return token, error
+    return None, DependencyError.INVALID
+
+
 def _parent_execution_of(body: str) -> str | None:
     """Best effort: the parent named in a broken message, so operators can find it."""
     try:
         document = json.loads(body)
-    except (json.JSONDecodeError, TypeError):
+    except (json.JSONDecodeError, TypeError, RecursionError):
         return None
     if isinstance(document, dict) and document.get("Type") == "Notification":
         return _parent_execution_of(str(document.get("Message", "")))
@@ -470,5 +563,6 @@ def _parent_execution_of(body: str) -> str | None:
     for key in ("callback", "join"):
         waiter = document.get(key)
         if isinstance(waiter, dict) and isinstance(waiter.get("parent_execution"), str):
-            return str(waiter["parent_execution"])
+            # Escaped: a lone surrogate could not be stored, and the parent must still be told.
+            return str(waiter["parent_execution"]).encode("utf-8", "backslashreplace").decode()
     return None

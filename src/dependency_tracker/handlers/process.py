@@ -14,7 +14,13 @@ from aws_lambda_powertools.utilities.batch import (
 
 from dependency_tracker.errors import InvalidMessageError, UnknownWorkflowError
 from dependency_tracker.flows.process import ProcessFlow
-from dependency_tracker.models import JoinChunkMessage, JoinMessage, join_partition_for
+from dependency_tracker.models import (
+    JoinChunkMessage,
+    JoinMessage,
+    ProcessMessage,
+    WaitMessage,
+    join_partition_for,
+)
 from dependency_tracker.observability import logger, metrics
 from dependency_tracker.settings import get_settings
 
@@ -33,8 +39,14 @@ def process_flow() -> ProcessFlow:
 
 
 def record_handler(record: SQSRecord) -> None:
-    """Handle one message; raising marks only this record as failed (it is retried)."""
+    """Handle one message; raising marks only this record as failed (it is retried).
+
+    A message that fails on its last receive (see :func:`_last_receive`) has its
+    parent answered first, then fails all the same: SQS moves it to the DLQ, whole,
+    for the operator to redrive (docs/reliability.md, "The last receive").
+    """
     flow = process_flow()
+    message: ProcessMessage | JoinMessage | JoinChunkMessage | WaitMessage | None = None
     with logger.append_context_keys(message_id=record.message_id):
         try:
             message = flow.parse(record.body, message_id=record.message_id)
@@ -45,18 +57,61 @@ def record_handler(record: SQSRecord) -> None:
             )
             flow.handle(message)
         except InvalidMessageError as exc:
-            if exc.retryable:
-                logger.error("message cannot be read yet", extra={"reason": exc.reason})
-                metrics.add_metric(name="UnreadableMessages", unit=MetricUnit.Count, value=1)
-                raise
-            flow.record_invalid(exc, body=record.body, message_id=record.message_id)
+            if not exc.retryable:
+                flow.record_invalid(exc, body=record.body, message_id=record.message_id)
+                return
+            logger.error("message cannot be read yet", extra={"reason": exc.reason})
+            metrics.add_metric(name="UnreadableMessages", unit=MetricUnit.Count, value=1)
+            _answer_if_last(record, message, exc.reason, task_token=exc.task_token)
+            raise
         except UnknownWorkflowError as exc:
             logger.error("unknown workflow", extra={"reason": str(exc)})
+            _answer_if_last(record, message, str(exc))
             raise
-        except Exception:
+        except Exception as exc:
             # Retried by SQS (then the DLQ); say why, or the DLQ alone tells nothing.
             logger.exception("message failed: it will be retried")
+            _answer_if_last(record, message, f"processing failed: {type(exc).__name__}: {exc}")
             raise
+
+
+def _last_receive(record: SQSRecord) -> int | None:
+    """The receive count when this is the message's last receive before the DLQ, else None.
+
+    Lambda's SQS records carry ``attributes.ApproximateReceiveCount``; the queue's
+    ``maxReceiveCount`` is the setting ``process_max_receive_count`` (unset: never).
+    """
+    limit = get_settings().process_max_receive_count
+    raw = record.attributes.approximate_receive_count
+    if limit is None or raw is None or not raw.isdigit():
+        return None
+    count = int(raw)
+    return count if count >= limit else None
+
+
+def _answer_if_last(
+    record: SQSRecord,
+    message: ProcessMessage | JoinMessage | JoinChunkMessage | WaitMessage | None,
+    reason: str,
+    *,
+    task_token: str | None = None,
+) -> None:
+    """On the last receive, answer the parent with ``reason``; the caller raises anyway."""
+    count = _last_receive(record)
+    if count is None:
+        return
+    try:
+        process_flow().answer_last_receive(
+            body=record.body,
+            message_id=record.message_id,
+            message=message,
+            reason=reason,
+            receive_count=count,
+            task_token=task_token,
+        )
+    except Exception:  # noqa: BLE001  (the message's own error is the one to raise)
+        # It still reaches the DLQ, where the operator finds it; the parent times out.
+        logger.exception("could not answer the parent on the last receive")
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -173,6 +173,8 @@ class EmbeddedStack:
                 settings.ENV_PREFIX: self.prefix,
                 settings.ENV_WORKFLOW_ARN_PREFIX: self._workflow_arn_prefix(),
                 settings.ENV_PAYLOAD_BUCKET: names["PayloadBucketName"],
+                # As the template: the redrive policy's count, so the last receive answers.
+                settings.ENV_PROCESS_MAX_RECEIVE_COUNT: str(self._max_receive_count),
             }
         )
         if self._sweeper_min_age_seconds is not None:

@@ -12,9 +12,12 @@ from dependency_tracker.errors import InvalidMessageError
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-# A missing object or bucket may appear (eventual writers, late deploys):
-# retrying can help, so these fail the record instead of dropping it.
-_RETRYABLE_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "AccessDenied", "404", "403"})
+# A missing object may appear (eventual writers, late deploys, a grant still
+# propagating): retrying can help, so these fail the record instead of dropping it.
+_RETRYABLE_CODES = frozenset({"NoSuchKey", "AccessDenied", "404", "403"})
+# A bucket that does not exist is a wrong url, not a late writer: the sender hears it at once
+# rather than after every retry and its whole callback timeout.
+_MISSING_BUCKET = "NoSuchBucket"
 
 # If-None-Match: * refused: the object exists (412), or a write of it is in flight (409).
 _ALREADY_WRITTEN_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict"})
@@ -82,8 +85,8 @@ class PayloadBucket:
         """Text of the object at ``s3://bucket/key``.
 
         Raises:
-            InvalidMessageError: The url is malformed (not retryable) or the
-                object cannot be read (retryable).
+            InvalidMessageError: The url is malformed or its bucket does not exist
+                (not retryable), or the object cannot be read yet (retryable).
         """
         parsed = urlparse(url)
         bucket, key = parsed.netloc, parsed.path.lstrip("/")
@@ -95,6 +98,10 @@ class PayloadBucket:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in _RETRYABLE_CODES:
                 raise InvalidMessageError(f"cannot read {url}: {code}", retryable=True) from exc
+            if code == _MISSING_BUCKET:
+                raise InvalidMessageError(
+                    f"cannot read {url}: {code} (bucket {bucket!r} does not exist)"
+                ) from exc
             raise
         if response.get("ContentLength", 0) > MAX_PAYLOAD_BYTES:
             raise InvalidMessageError(f"payload at {url} exceeds {MAX_PAYLOAD_BYTES} bytes")

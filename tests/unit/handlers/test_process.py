@@ -100,6 +100,8 @@ def test_s3_url_message(aws: Aws, lambda_context: LocalContext) -> None:
 
 @pytest.mark.usefixtures("workflows")
 def test_missing_s3_object_fails_only_that_record(aws: Aws, lambda_context: LocalContext) -> None:
+    # The bucket is there, the object not yet (a missing bucket is refused at once).
+    aws.s3.create_bucket(Bucket="deptrack-payloads")
     event = load_event("sqs_s3_url.json")
     event["Records"].extend(sqs_event(payload("item-ok"), ids=["ok"])["Records"])
     response = lambda_handler(event, lambda_context)
@@ -624,3 +626,22 @@ def test_an_express_report_of_the_largest_inline_input_fits_one_sqs_message() ->
     }
     # THEN the message, with the longest name and error, is within SQS's 256 KiB
     assert len(json.dumps(report).encode("utf-8")) <= limits.SQS_DEFAULT_MAX_MESSAGE_BYTES
+
+
+def test_an_express_payload_past_its_inline_limit_without_a_bucket_is_refused_before_any_claim(
+    aws: Aws, lambda_context: LocalContext
+) -> None:
+    # GIVEN no payload bucket, an Express workflow and a payload between the Express and the
+    # Standard inline limits, with a waiter
+    express_workflow(aws)
+    big = sized("quick", runs_module.MAX_EXPRESS_INLINE_INPUT_BYTES + 1).model_dump(mode="json")
+    big["callback"] = {"task_token": "express-token"}
+    # WHEN it is processed THEN nothing is claimed and the parent is told
+    assert failures(lambda_handler(sqs_event(big, ids=["quick-big"]), lambda_context)) == []
+    assert aws.states.get(payload_id(workflow="quick")) is None
+    record = aws.states.get("invalid-message/quick-big")
+    assert record is not None
+    assert "100000-byte execution input limit" in (record.last_error or "")
+    told = aws.dependencies.get("invalid-message/quick-big", waiter_id_for("express-token"))
+    assert told is not None
+    assert told.workflow_state is PayloadState.INVALID
