@@ -2,9 +2,9 @@
 
 * A parent whose token expired before the callback: the late callback is recorded
   (``PARENT_GONE:<code>``), sent once, not retried, and nothing is dead-lettered.
-  moto answers a late ``SendTaskSuccess`` with ``InvalidToken``; AWS answers
-  ``TaskTimedOut``, which never appears locally, so a second variant answers it
-  from a hook on the handlers' Step Functions client, as AWS would.
+  The strict layer answers a late ``SendTaskSuccess`` with ``TaskTimedOut``, as
+  AWS does; a second variant answers it from a hook on the handlers' Step
+  Functions client, as AWS would.
 * An EventBridge status change without its input and output (``included: false``,
   as EventBridge sends for executions over 248 KiB): update-state reads both with
   ``DescribeExecution`` and the parent still gets the child's result, inline or
@@ -175,7 +175,7 @@ def dlq_messages(stack: LocalStack) -> list[dict[str, Any]]:
     return got
 
 
-@pytest.mark.parametrize(("answer", "code"), [("moto", "InvalidToken"), ("aws", "TaskTimedOut")])
+@pytest.mark.parametrize(("answer", "code"), [("moto", "TaskTimedOut"), ("aws", "TaskTimedOut")])
 def test_parent_gone_before_the_callback_is_recorded_once(
     stack: LocalStack, taps: Taps, sends: SendProbe, answer: str, code: str
 ) -> None:

@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from dependency_tracker import limits
+from dependency_tracker.local import strict
 from dependency_tracker.local.strict import is_active, strict_limits
 from tests.conftest import wait_until
 
@@ -442,3 +443,65 @@ def test_item_size_counts_as_dynamodb_does() -> None:
     assert limits.item_size({"b": {"B": b"\x00\x01"}}) == 1 + 2
     with pytest.raises(ValueError, match="not a DynamoDB attribute value"):
         limits.item_size({"x": {"Q": "?"}})
+
+
+LONE = "sx/\ud800"  # a lone UTF-16 surrogate: JSON can escape it, UTF-8 cannot hold it
+
+UNENCODABLE: dict[str, tuple[Callable[[Clients, str], object], str]] = {
+    "PutItem key": (lambda c, s: c.dynamodb.put_item(TableName=TABLE, Item=key(s)), "Validation"),
+    "PutItem value": (
+        lambda c, s: c.dynamodb.put_item(TableName=TABLE, Item={**key(), "v": {"S": s}}),
+        "Validation",
+    ),
+    "GetItem key": (lambda c, s: c.dynamodb.get_item(TableName=TABLE, Key=key(s)), "Validation"),
+    "UpdateItem value": (
+        lambda c, s: c.dynamodb.update_item(
+            TableName=TABLE,
+            Key=key(),
+            UpdateExpression="SET v = :v",
+            ExpressionAttributeValues={":v": {"S": s}},
+        ),
+        "Validation",
+    ),
+    "Query key": (
+        lambda c, s: c.dynamodb.query(
+            TableName=TABLE,
+            KeyConditionExpression="pk = :p",
+            ExpressionAttributeValues={":p": {"S": s}},
+        ),
+        "Validation",
+    ),
+    "SQS body": (
+        lambda c, s: c.sqs.send_message(QueueUrl=c.queue_url, MessageBody=s),
+        "InvalidMessageContents",
+    ),
+    "SQS batch body": (
+        lambda c, s: c.sqs.send_message_batch(
+            QueueUrl=c.queue_url, Entries=[{"Id": "1", "MessageBody": s}]
+        ),
+        "InvalidMessageContents",
+    ),
+    "execution input": (
+        lambda c, s: c.sfn.start_execution(
+            stateMachineArn=c.machine_arn, name="lone", input=f'{{"id": "{s}"}}'
+        ),
+        "InvalidExecutionInput",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(UNENCODABLE))
+def test_a_string_without_utf8_form_is_refused_not_crashed_on(moto: Clients, name: str) -> None:
+    """moto alone crashes (UnicodeEncodeError: HTTP 500 through a server) or takes it."""
+    call, code = UNENCODABLE[name]
+    with strict_limits():
+        assert refusal(lambda: call(moto, "sx/ok")) is None
+        refused = refusal(lambda: call(moto, LONE))
+    assert refused is not None, f"{name}: the strict layer let the request through"
+    assert refused.response["Error"]["Code"] == (
+        "ValidationException" if code == "Validation" else code
+    )
+    if code == "Validation":
+        assert refused.response["Error"]["Message"] == strict.DDB_NOT_UTF8
+    if code == "InvalidMessageContents":
+        assert "Invalid binary character '#xD800'" in refused.response["Error"]["Message"]

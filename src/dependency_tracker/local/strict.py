@@ -9,6 +9,12 @@ this process, in-process (``mock_aws``) or through the server
 the quotas in :mod:`dependency_tracker.limits` first, and refused the way AWS
 refuses it. ``EmbeddedStack`` turns it on unless given ``strict=False``.
 
+It also refuses strings with no UTF-8 form (a lone surrogate) with AWS's client
+errors, where moto crashed with ``UnicodeEncodeError``, and answers task-token
+callbacks as AWS does (:mod:`dependency_tracker.local.task_tokens`: the cause
+of ``SendTaskFailure`` is kept, an answer about a closed task is refused with
+``TaskTimedOut``).
+
 The checks wrap moto's request handlers (one per API action) and, for item
 sizes after an update, moto's update-expression executor, so they see exactly
 what moto is asked to do. ``docs/local.md`` lists each limit, where AWS
@@ -20,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import json
 import os
 import re
 import threading
@@ -29,13 +36,14 @@ from moto.dynamodb.exceptions import ItemSizeTooLarge, MockValidationException
 from moto.dynamodb.models.dynamo_type import LimitedSizeDict
 from moto.dynamodb.parsing.executors import UpdateExpressionExecutor
 from moto.dynamodb.responses import DynamoHandler
-from moto.sqs.exceptions import InvalidParameterValue
+from moto.sqs.exceptions import InvalidParameterValue, SQSException
 from moto.sqs.responses import SQSResponse
-from moto.stepfunctions.exceptions import InvalidName, ValidationException
+from moto.stepfunctions.exceptions import InvalidExecutionInput, InvalidName, ValidationException
+from moto.stepfunctions.parser.api import InvalidOutput
 from moto.stepfunctions.responses import StepFunctionResponse
 
 from dependency_tracker import limits
-from dependency_tracker.local import express
+from dependency_tracker.local import express, task_tokens
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -51,6 +59,13 @@ RANGE_KEY_TOO_LONG = (
 )
 ITEM_TOO_LARGE = "Item size has exceeded the maximum allowed size"
 UPDATE_TOO_LARGE = "Item size to update has exceeded the maximum allowed size"
+# A string with no UTF-8 form (a lone UTF-16 surrogate such as "\ud800", which JSON
+# can escape): AWS documents no text for it, so these are the layer's own words.
+DDB_NOT_UTF8 = (
+    "One or more parameter values were invalid: a string is not valid UTF-8 "
+    "(it holds an unpaired surrogate)"
+)
+SQS_ALLOWED = "#x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF"
 
 # StartExecution: "A name must not contain: white space, brackets < > { } [ ], wildcard
 # characters ? *, special characters " # % \ ^ | ~ ` $ & , ; : /, control characters
@@ -98,6 +113,30 @@ def is_active() -> bool:
     return _active > 0
 
 
+# ---------------------------------------------------------------------- text AWS cannot read
+
+
+class InvalidMessageContents(SQSException):
+    """SQS's refusal of a character outside the allowed set (moto has no such error)."""
+
+    code = "InvalidMessageContents"
+
+
+def _first_unencodable(value: Any) -> str | None:
+    """The first character of ``value`` (any JSON) with no UTF-8 form, or None.
+
+    Counting a size encodes to UTF-8, and moto encodes keys and bodies itself:
+    such a character made both raise ``UnicodeEncodeError`` (HTTP 500 through
+    the server), where AWS answers with a client error.
+    """
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return text[exc.start]
+    return None
+
+
 # ---------------------------------------------------------------------- DynamoDB
 
 
@@ -125,6 +164,21 @@ def _check_put(handler: DynamoHandler, table_name: str, item: dict[str, Any]) ->
     _check_key(handler, table_name, item)
     if limits.item_size(item) > limits.DDB_MAX_ITEM_BYTES:
         raise MockValidationException(ITEM_TOO_LARGE)
+
+
+def _ddb_readable(handler: DynamoHandler) -> None:
+    """Every name and value of the request has a UTF-8 form."""
+    if _first_unencodable(handler.body) is not None:
+        raise MockValidationException(DDB_NOT_UTF8)
+
+
+def _readable_first(check: Callable[[DynamoHandler], None]) -> Callable[[DynamoHandler], None]:
+    @functools.wraps(check)
+    def checked(handler: DynamoHandler) -> None:
+        _ddb_readable(handler)
+        check(handler)
+
+    return checked
 
 
 def _ddb_put_item(handler: DynamoHandler) -> None:
@@ -211,6 +265,7 @@ def _ddb_update_item(handler: DynamoHandler, original: Callable[[Any], Any]) -> 
     update refused for size must not leave that item behind.
     """
     body = handler.body
+    _ddb_readable(handler)
     _check_key(handler, body["TableName"], body["Key"])
     table = handler.dynamodb_backend.get_table(body["TableName"])
     existed = handler.dynamodb_backend.get_item(body["TableName"], body["Key"]) is not None
@@ -285,6 +340,11 @@ def _too_long(field: str, maximum: int) -> ValidationException:
 
 def _sfn_start(handler: StepFunctionResponse) -> None:
     name = handler._get_param("name")
+    if name is not None and _first_unencodable(name) is not None:
+        raise InvalidName(f"Invalid Name: '{name.encode('utf-8', 'backslashreplace').decode()}'")
+    text = handler._get_param("input")
+    if text is not None and _first_unencodable(text) is not None:
+        raise InvalidExecutionInput("Invalid State Machine Execution Input: 'not valid UTF-8'")
     if name is not None:
         if len(name) > limits.SFN_MAX_EXECUTION_NAME:
             raise ValidationException(
@@ -294,13 +354,14 @@ def _sfn_start(handler: StepFunctionResponse) -> None:
             )
         if not name or _BAD_NAME.search(name):
             raise InvalidName(f"Invalid Name: '{name}'")
-    text = handler._get_param("input")
     if text is not None and limits.utf8_size(text) > limits.SFN_MAX_PAYLOAD_BYTES:
         raise _too_long("input", limits.SFN_MAX_PAYLOAD_BYTES)
 
 
 def _sfn_task_success(handler: StepFunctionResponse) -> None:
     output = handler._get_param("output")
+    if output is not None and _first_unencodable(output) is not None:
+        raise InvalidOutput("Invalid Output: 'not valid UTF-8'", "InvalidOutput")
     if output is not None and limits.utf8_size(output) > limits.SFN_MAX_PAYLOAD_BYTES:
         raise _too_long("output", limits.SFN_MAX_PAYLOAD_BYTES)
 
@@ -330,6 +391,16 @@ def _sqs_message_size(body: str, attributes: dict[str, Any] | None) -> int:
     return size
 
 
+def _sqs_readable(body: str, attributes: dict[str, Any] | None) -> None:
+    """SQS refuses characters outside XML's set, an unpaired surrogate among them."""
+    bad = _first_unencodable([body, attributes])
+    if bad is not None:
+        raise InvalidMessageContents(
+            f"Invalid binary character '#x{ord(bad):X}' was found in the message body, "
+            f"the set of allowed characters is {SQS_ALLOWED}"
+        )
+
+
 def _queue_maximum(handler: SQSResponse) -> int:
     queue = handler.sqs_backend.get_queue(handler._get_queue_name())
     return int(getattr(queue, "maximum_message_size"))  # noqa: B009 - set from attributes
@@ -338,9 +409,12 @@ def _queue_maximum(handler: SQSResponse) -> int:
 def _sqs_send(handler: SQSResponse) -> None:
     # moto compares len(body) in characters and leaves attributes out; AWS counts bytes.
     maximum = _queue_maximum(handler)
-    size = _sqs_message_size(
-        handler._get_param("MessageBody") or "", handler._get_param("MessageAttributes")
+    body, attributes = (
+        handler._get_param("MessageBody") or "",
+        handler._get_param("MessageAttributes"),
     )
+    _sqs_readable(body, attributes)
+    size = _sqs_message_size(body, attributes)
     if size > maximum:
         raise InvalidParameterValue(
             f"One or more parameters are invalid. Reason: Message must be shorter than "
@@ -351,6 +425,7 @@ def _sqs_send(handler: SQSResponse) -> None:
 def _sqs_send_batch(handler: SQSResponse) -> None:
     maximum = _queue_maximum(handler)
     for entry in handler._get_param("Entries") or []:
+        _sqs_readable(entry.get("MessageBody") or "", entry.get("MessageAttributes"))
         size = _sqs_message_size(entry.get("MessageBody") or "", entry.get("MessageAttributes"))
         if size > maximum:
             raise InvalidParameterValue(
@@ -363,14 +438,15 @@ def _sqs_send_batch(handler: SQSResponse) -> None:
 
 _CHECKS: dict[type, dict[str, Callable[[Any], None]]] = {
     DynamoHandler: {
-        "put_item": _ddb_put_item,
-        "get_item": _ddb_keyed,
-        "delete_item": _ddb_keyed,
-        "query": _ddb_query,
-        "batch_write_item": _ddb_batch_write,
-        "batch_get_item": _ddb_batch_get,
-        "transact_write_items": _ddb_transact_write,
-        "transact_get_items": _ddb_transact_get,
+        "put_item": _readable_first(_ddb_put_item),
+        "get_item": _readable_first(_ddb_keyed),
+        "delete_item": _readable_first(_ddb_keyed),
+        "query": _readable_first(_ddb_query),
+        "scan": _ddb_readable,
+        "batch_write_item": _readable_first(_ddb_batch_write),
+        "batch_get_item": _readable_first(_ddb_batch_get),
+        "transact_write_items": _readable_first(_ddb_transact_write),
+        "transact_get_items": _readable_first(_ddb_transact_get),
     },
     StepFunctionResponse: {
         "start_execution": _sfn_start,
@@ -421,6 +497,7 @@ def _install() -> None:
         StepFunctionResponse.start_execution, express.start_execution
     )
     express.install()
+    task_tokens.install(is_active)
     LimitedSizeDict.__setitem__ = _aws_sized(LimitedSizeDict.__setitem__)  # type: ignore[method-assign]
     UpdateExpressionExecutor.execute = _executing_update(  # type: ignore[method-assign]
         UpdateExpressionExecutor.execute
