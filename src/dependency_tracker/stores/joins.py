@@ -305,20 +305,7 @@ class JoinStore:
             keys.extend(key for key in chunk.members if key not in seen)
             seen.update(chunk.members)
             duplicates.extend(chunk.duplicates)
-        membership = membership_id_for(join_id)
-        requests = [
-            [key_attributes(payload_id=key, waiter_id=membership) for key in keys[i : i + 100]]
-            for i in range(0, len(keys), DDB_MAX_BATCH_GET_KEYS)
-        ]
-        found: dict[str, MembershipItem] = {}
-
-        def fetch(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
-            return list(self._batch_get(batch))
-
-        with ThreadPoolExecutor(max_workers=self._concurrency) as pool:
-            for items in pool.map(fetch, requests):
-                for item in items:
-                    found[item["payload_id"]["S"]] = MembershipItem.from_item(item)
+        found = self._membership_rows(join_id, keys)
         outcomes = []
         for key in keys:
             row = found.get(key)
@@ -334,6 +321,32 @@ class JoinStore:
                 )
             )
         return outcomes, duplicates
+
+    def chunk_rows(self, chunk: ChunkItem) -> list[MembershipItem]:
+        """The membership rows ``chunk`` wrote (not those of members another chunk listed first)."""
+        rows = self._membership_rows(chunk.join_id, chunk.members).values()
+        return [row for row in rows if row.chunk == chunk.index]
+
+    def _membership_rows(self, join_id: str, keys: list[str]) -> dict[str, MembershipItem]:
+        """The join's membership rows of these members (key forms) that exist, by key form."""
+        membership = membership_id_for(join_id)
+        requests = [
+            [
+                key_attributes(payload_id=key, waiter_id=membership)
+                for key in keys[i : i + DDB_MAX_BATCH_GET_KEYS]
+            ]
+            for i in range(0, len(keys), DDB_MAX_BATCH_GET_KEYS)
+        ]
+        found: dict[str, MembershipItem] = {}
+
+        def fetch(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return list(self._batch_get(batch))
+
+        with ThreadPoolExecutor(max_workers=self._concurrency) as pool:
+            for items in pool.map(fetch, requests):
+                for item in items:
+                    found[item["payload_id"]["S"]] = MembershipItem.from_item(item)
+        return found
 
     def _chunks(self, join_id: str) -> Iterator[ChunkItem]:
         query: dict[str, Any] = {

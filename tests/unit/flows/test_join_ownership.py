@@ -7,12 +7,13 @@ lands between the owner's chunks, where it used to be read.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from dependency_tracker.errors import InvalidMessageError
-from dependency_tracker.models import DependencyError, PayloadState
+from dependency_tracker.models import DependencyError, PayloadState, membership_id_for
+from dependency_tracker.stores.joins import JoinStore
 from dependency_tracker.stores.manifest import manifest_text
 from tests.conftest import payload, payload_id
 from tests.unit.flows.test_join_registration import (
@@ -172,3 +173,34 @@ def test_the_inline_list_is_written_once_under_its_owners_key(
     harness.drain()
     join, _, _ = harness.row("once")
     assert (join.registered, join.workflow_state) == (5, PayloadState.PROCESSING)
+
+
+def test_a_begun_chunk_whose_manifest_changed_still_answers_its_written_rows(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk that wrote membership rows and died keeps its promise to read their states."""
+    harness.aws.finished_payload(payload("e2"), PayloadState.FAILED)  # ended before the join
+    key = "manifests/begun.jsonl"
+    url = manifest(harness, key, [payload(f"e{i}") for i in range(4)])
+    harness.send(join_body("begun", [], payloads_url=url))
+    real = JoinStore.register_members
+    calls = {"n": 0}
+
+    def dies_after_writing(self: JoinStore, rows: Any) -> Any:
+        found = real(self, rows)
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("the Lambda died after writing the membership rows")
+        return found
+
+    monkeypatch.setattr(JoinStore, "register_members", dies_after_writing)
+    (chunk,) = harness.queued()
+    with pytest.raises(RuntimeError):
+        harness.send(chunk, message_id="chunk-1")
+    manifest(harness, key, [payload(f"other{i}") for i in range(4)])
+    harness.send(chunk, message_id="chunk-1")  # SQS redelivers; the list has changed
+    join, _, _ = harness.row("begun")
+    assert (join.workflow_state, join.error) == (PayloadState.FAILED, DependencyError.INVALID_JOIN)
+    row = harness.aws.dependencies.get_row(payload_id("e2"), membership_id_for("begun"))
+    assert row is not None
+    assert row.workflow_state is PayloadState.FAILED

@@ -34,6 +34,7 @@ from dependency_tracker.models import (
     JoinMessage,
     MembershipItem,
     PayloadState,
+    Resolution,
     join_partition_for,
     membership_id_for,
     utcnow,
@@ -168,6 +169,7 @@ class JoinRegistration:
             if existing is not None and existing.source_etag not in (None, row.source_etag):
                 # A redelivery that read a manifest other than the one the join began with.
                 seen = f"read again as ETag {row.source_etag}"
+                self._finish_begun(existing, 0)
                 self._invalid(existing, changed_cause(existing.source, existing.source_etag, seen))
                 return True
             row = existing or row  # a redelivery: carry on, every step is idempotent
@@ -198,6 +200,7 @@ class JoinRegistration:
         except InvalidMessageError as exc:
             if exc.retryable:
                 raise
+            self._finish_begun(join, chunk.index)
             self._invalid(join, exc.reason)
             return True
         return self._run(join, chunk.index, payloads, rest, message.message_id, checked=True)
@@ -439,6 +442,26 @@ class JoinRegistration:
             winner=None,
             may_succeed=join.quorum is None,
         )
+
+    def _finish_begun(self, join: JoinItem, index: int) -> None:
+        """Keep a begun chunk's promise when its list can no longer be read.
+
+        Its membership rows are written (a delivery died after writing them) but
+        the member list that names the payloads is gone or changed: read the
+        states of those members now and resolve the rows of the ones that ended,
+        so none is left waiting on a payload that has ended. Members still
+        running are resolved by update-state, as any waiter.
+        """
+        chunk = self.joins.chunk(join.join_id, index)
+        if chunk is None or chunk.recorded:
+            return
+        rows = [row for row in self.joins.chunk_rows(chunk) if not row.workflow_state.is_terminal]
+        seen = self.states.batch_get([row.payload_id for row in rows])
+        for row in rows:
+            state = seen.get(row.payload_id)
+            if state is not None and state.state.is_terminal:
+                resolution = Resolution.of(state, replayed=True)
+                self.dependencies.resolve(row.payload_id, row.waiter_id, resolution)
 
     def _invalid(self, join: JoinItem, reason: str) -> None:
         """A later chunk is unusable: the parent hears ``InvalidJoin`` with the reason."""
