@@ -132,6 +132,9 @@ bench-smoke: venv
 
 # Fault injection (tests/chaos): >= 200 parents, faults at random sites; prints the seed, the
 # faults injected by kind and the invariant results. CHAOS_SEED / CHAOS_PARENTS to vary it.
+# Then a join's own faults (tests/chaos/test_join_faults.py): two all-of joins of
+# JOIN_FAULT_MEMBERS members in the default chunks of 100, one whose join_id another parent
+# reuses, one whose manifest is overwritten after its first chunk; prints the chaos report.
 # Then the hot partition (tests/chaos/test_hot.py, about 70 s): HOT_PARENTS real parents on one
 # payload; prints the register / resolve / callbacks / total times, update-state's Query pages
 # and the most UpdateItem calls it had in flight. Its own process: after the chaos run, about
@@ -141,6 +144,7 @@ bench-smoke: venv
 # ~130 dependencies with 2,000-character ids; prints wall time, peak state and history events.
 CHAOS_SEED ?= 2026
 CHAOS_PARENTS ?= 200
+JOIN_FAULT_MEMBERS ?= 150
 HOT_PARENTS ?= 1000
 MAP_DEPENDENCIES ?= 1000
 # Last, issue 14's all-of join (tests/chaos/test_join_scale.py): JOIN_MEMBERS members named by
@@ -153,6 +157,8 @@ JOIN_ID_LENGTH ?= 61
 chaos: venv
 	DEPTRACK_CHAOS=1 DEPTRACK_CHAOS_SEED=$(CHAOS_SEED) DEPTRACK_CHAOS_PARENTS=$(CHAOS_PARENTS) \
 		$(BIN)/pytest tests/chaos/test_chaos.py::test_big_chaos_run -q -p no:cacheprovider
+	DEPTRACK_CHAOS=1 DEPTRACK_JOIN_FAULT_MEMBERS=$(JOIN_FAULT_MEMBERS) \
+		$(BIN)/pytest tests/chaos/test_join_faults.py::test_join_faults_at_scale -q -p no:cacheprovider
 	DEPTRACK_CHAOS=1 DEPTRACK_HOT_PARENTS=$(HOT_PARENTS) \
 		$(BIN)/pytest tests/chaos/test_hot.py::test_big_hot_run -q -p no:cacheprovider
 	DEPTRACK_CHAOS=1 DEPTRACK_MAP_DEPENDENCIES=$(MAP_DEPENDENCIES) \

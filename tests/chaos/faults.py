@@ -39,8 +39,9 @@ Kinds:
   stream has given up on the record (discarded it after its retries).
 
 Faults of the harness itself (``express_report_lost``, ``late_event``,
-``stale_redelivery``, ``duplicate_delivery``) are counted here too, by the
-harness (:mod:`tests.chaos.run`).
+``stale_redelivery``, ``duplicate_delivery``, and the joins' ``join_id_reuse``
+and ``manifest_overwrite``) are counted here too, by the harness
+(:mod:`tests.chaos.run`).
 """
 
 from __future__ import annotations
@@ -98,6 +99,8 @@ ALL_KINDS = (
     "late_event",  # the harness holds a status-change event back until a lease recovered it
     "stale_redelivery",  # the harness delivers an older status-change event again, late
     "callback_storm",
+    "join_id_reuse",  # the harness sends another parent's join naming an owner's join_id
+    "manifest_overwrite",  # the harness replaces a join's manifest after its first chunk
 )
 
 _handler: contextvars.ContextVar[str] = contextvars.ContextVar("chaos_handler", default="-")

@@ -75,17 +75,19 @@ def chaos(
 CHAOS_BUCKET = "deptrack-chaos-payloads"
 
 
-def configure(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+def configure(aws: Aws, monkeypatch: pytest.MonkeyPatch, *, join_chunk_size: int = 2) -> None:
     """The handlers' settings for a chaos run.
 
     Chaining publishes the next step to the process queue; joins register two members
-    per invocation and carry on through it too (their member lists go to the bucket),
-    so every chunk's writes meet the faults. Express outputs travel through the bucket.
-    The claim lease is short, so a lease runs out within the run (a lost Express report,
-    a held status event), and the sweeper sends rows resolved a second ago.
+    per invocation (``join_chunk_size``) and carry on through it too (their member lists
+    go to the bucket), so every chunk's writes meet the faults, and a join's own faults
+    (``join_id_reuse``, ``manifest_overwrite``) meet joins of several chunks. Express
+    outputs travel through the bucket. The claim lease is short, so a lease runs out within
+    the run (a lost Express report, a held status event), and the sweeper sends rows
+    resolved a second ago.
     """
     monkeypatch.setenv(settings.ENV_PROCESS_QUEUE_URL, aws.queue_url)
-    monkeypatch.setenv(settings.ENV_JOIN_CHUNK_SIZE, "2")
+    monkeypatch.setenv(settings.ENV_JOIN_CHUNK_SIZE, str(join_chunk_size))
     aws.s3.create_bucket(Bucket=CHAOS_BUCKET)
     monkeypatch.setenv(settings.ENV_PAYLOAD_BUCKET, CHAOS_BUCKET)
     monkeypatch.setenv(settings.ENV_CLAIM_LEASE_SECONDS, str(CHAOS_CLAIM_LEASE_SECONDS))
@@ -156,6 +158,8 @@ def test_every_fault_kind_is_known() -> None:
         "late_event",
         "stale_redelivery",
         "callback_storm",
+        "join_id_reuse",
+        "manifest_overwrite",
     }
 
 
