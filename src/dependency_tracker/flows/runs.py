@@ -179,13 +179,29 @@ class Runs:
         """Refuse, before anything is written, a payload no execution could take."""
         if self._bucket.writable:
             return
-        if len(payload.execution_input().encode("utf-8")) > MAX_INLINE_INPUT_BYTES:
+        try:
+            size = len(payload.execution_input().encode("utf-8"))
+        except InvalidMessageError as exc:
+            exc.task_token = exc.task_token or task_token
+            raise
+        # The Express limit too: past it, the start after the claim would fail with
+        # nobody to tell.
+        limit = self._inline_limit(payload, size)
+        if size > limit:
             raise InvalidMessageError(
-                f"payload {payload.id} exceeds the {MAX_INLINE_INPUT_BYTES}-byte execution "
+                f"payload {payload.id} exceeds the {limit}-byte execution "
                 "input limit and no payload bucket is configured",
                 task_token=task_token,
                 payload_id=payload.id,
             )
+
+    def _inline_limit(self, payload: ProcessPayload, size: int) -> int:
+        """The largest execution input of ``payload`` that may go inline."""
+        # Only a size between the two limits needs the workflow's type (a cached
+        # DescribeStateMachine): nearly every start skips the question.
+        if size > MAX_EXPRESS_INLINE_INPUT_BYTES and self.is_express(payload.workflow, None):
+            return MAX_EXPRESS_INLINE_INPUT_BYTES
+        return MAX_INLINE_INPUT_BYTES
 
     def input(self, payload: ProcessPayload, attempt: int) -> str:
         """The execution input: the payload, or an S3 pointer when it is too large.
@@ -195,11 +211,7 @@ class Runs:
         """
         text = payload.execution_input()
         size = len(text.encode("utf-8"))
-        limit = MAX_INLINE_INPUT_BYTES
-        # Only a size between the two limits needs the workflow's type (a cached
-        # DescribeStateMachine): nearly every start skips the question.
-        if size > MAX_EXPRESS_INLINE_INPUT_BYTES and self.is_express(payload.workflow, None):
-            limit = MAX_EXPRESS_INLINE_INPUT_BYTES
+        limit = self._inline_limit(payload, size)
         if size <= limit:
             return text
         if not self._bucket.writable:

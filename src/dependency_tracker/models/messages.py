@@ -10,13 +10,22 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dependency_tracker.errors import InvalidMessageError
 from dependency_tracker.models.enums import DependencyError
-from dependency_tracker.models.payload import ProcessPayload
+from dependency_tracker.models.payload import (
+    ProcessPayload,
+    Utf8Str,
+    document_problem,
+    printable,
+    utf8_problem,
+)
 from dependency_tracker.tokens import token_hash
 
 PayloadLoader = Callable[[str], str]
 """Reads the text behind an ``s3://bucket/key`` url."""
 
 JOIN_ID_PATTERN = r"^[A-Za-z0-9_.:/-]{1,200}$"
+# What a message is about; it must be about exactly one of them. A bare payload (or its
+# {"url"}) counts as "payload".
+MESSAGE_KINDS = ("payload", "join", "wait_for", "join_chunk")
 
 
 class Callback(BaseModel):
@@ -24,9 +33,9 @@ class Callback(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    task_token: str = Field(min_length=1, max_length=8192)
-    waiter_payload_id: str | None = None
-    parent_execution: str | None = None
+    task_token: Utf8Str = Field(min_length=1, max_length=8192)
+    waiter_payload_id: Utf8Str | None = None
+    parent_execution: Utf8Str | None = None
 
 
 class ProcessMessage(BaseModel):
@@ -89,7 +98,7 @@ class WaitMessage(BaseModel):
     already has), but the tracker never starts it on this message's behalf.
     """
 
-    wait_for: str = Field(min_length=1)
+    wait_for: Utf8Str = Field(min_length=1)
     callback: Callback
     message_id: str | None = None
 
@@ -104,11 +113,12 @@ class JoinSpec(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    task_token: str = Field(min_length=1, max_length=8192)
-    quorum: int | None = None
+    task_token: Utf8Str = Field(min_length=1, max_length=8192)
+    # Strict: true, "2" and 2.0 are refused rather than read as a k nobody wrote.
+    quorum: int | None = Field(default=None, strict=True)
     join_id: str | None = Field(default=None, pattern=JOIN_ID_PATTERN)
-    waiter_payload_id: str | None = None
-    parent_execution: str | None = None
+    waiter_payload_id: Utf8Str | None = None
+    parent_execution: Utf8Str | None = None
 
 
 class JoinMessage(BaseModel):
@@ -149,9 +159,7 @@ class JoinMessage(BaseModel):
         cls, document: dict[str, Any], *, message_id: str | None, load_url: PayloadLoader | None
     ) -> Self:
         """Build and check a join; every problem is an ``InvalidJoin``."""
-        raw_join = document.get("join")
-        token = raw_join.get("task_token") if isinstance(raw_join, dict) else None
-        token = token if isinstance(token, str) and token else None
+        token = _join_token_of(document)
 
         def invalid(reason: str) -> InvalidMessageError:
             return InvalidMessageError(
@@ -159,7 +167,7 @@ class JoinMessage(BaseModel):
             )
 
         try:
-            spec = JoinSpec.model_validate(raw_join)
+            spec = JoinSpec.model_validate(document.get("join"))
         except ValidationError as exc:
             raise invalid(_describe(exc, "join")) from exc
         if spec.quorum is not None and spec.quorum < 1:
@@ -312,6 +320,8 @@ def read_message(
             a token could still be read, ``error_name`` says what the parent hears.
     """
     document = _unwrap(_load_json(body, "message body"))
+    if isinstance(document, dict):
+        _check_message(document)
     if isinstance(document, dict) and "join_chunk" in document:
         try:
             return JoinChunkMessage.model_validate({**document, "message_id": message_id})
@@ -332,6 +342,44 @@ def read_message(
                 _describe(exc, "message"), task_token=_token_of(document)
             ) from exc
     return ProcessMessage.from_document(document, message_id=message_id, load_url=load_url)
+
+
+def _check_message(document: dict[str, Any]) -> None:
+    """Refuse, naming the field, a message about more than one thing or that AWS cannot carry.
+
+    Each kind used to take precedence over the others, silently dropping the
+    rest (a payload sent beside a ``wait_for`` never ran). The parent hears
+    why: ``InvalidJoin`` when a join is involved, ``DependencyInvalid`` otherwise.
+    """
+    kinds = _kinds_of(document)
+    payload = document.get("payload")
+    if isinstance(payload, dict):
+        # {"payload": {"wait_for": ...}} is how a parent's Map sends a wait: what the
+        # envelope holds counts, not the envelope itself.
+        kinds = [kind for kind in kinds if kind != "payload"] + _kinds_of(payload)
+    problem = None
+    if len(set(kinds)) > 1:
+        names = " and ".join(f"'{kind}'" for kind in dict.fromkeys(kinds))
+        problem = f"a message carries one of {', '.join(MESSAGE_KINDS)}; this one has {names}"
+    if problem is None:
+        problem = document_problem(document)
+    if problem is None:
+        return
+    join = "join" in kinds
+    raise InvalidMessageError(
+        problem,
+        task_token=(_join_token_of(document) if join else None) or _token_of(document),
+        payload_id=_id_of(payload) if isinstance(payload, dict) else _id_of(document),
+        error_name=DependencyError.INVALID_JOIN if join else DependencyError.INVALID,
+    )
+
+
+def _kinds_of(document: dict[str, Any]) -> list[str]:
+    """Which of MESSAGE_KINDS a document holds, by its keys as read_message dispatches."""
+    kinds = [kind for kind in MESSAGE_KINDS if kind in document]
+    if "payload" not in kinds and ("process" in document or "url" in document):
+        kinds.append("payload")
+    return kinds
 
 
 def _dereference(
@@ -371,6 +419,9 @@ def _load_json(text: str, what: str) -> Any:
         return json.loads(text)
     except (json.JSONDecodeError, TypeError) as exc:
         raise InvalidMessageError(f"{what} is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        # Nested deeper than the parser goes (about 1,000 levels): never readable.
+        raise InvalidMessageError(f"{what} nests too deeply to be read as JSON") from exc
 
 
 def _unwrap(document: Any) -> Any:
@@ -385,22 +436,42 @@ def _unwrap(document: Any) -> Any:
 
 
 def _token_of(document: dict[str, Any]) -> str | None:
-    callback = document.get("callback")
-    if isinstance(callback, dict):
-        token = callback.get("task_token")
-        if isinstance(token, str) and token:
-            return token
-    return None
+    return _usable(document.get("callback"), "task_token")
+
+
+def _join_token_of(document: dict[str, Any]) -> str | None:
+    return _usable(document.get("join"), "task_token")
 
 
 def _id_of(document: dict[str, Any]) -> str | None:
-    value = document.get("id")
-    return value if isinstance(value, str) and value else None
+    return _usable(document, "id")
+
+
+def _usable(holder: Any, key: str) -> str | None:
+    """``holder[key]`` if it is a non-empty string AWS can carry (no lone surrogate)."""
+    value = holder.get(key) if isinstance(holder, dict) else None
+    if isinstance(value, str) and value and utf8_problem(value) is None:
+        return value
+    return None
+
+
+# Strict type errors say what was sent instead (its JSON type, never its value).
+_STRICT_TYPE_ERRORS = frozenset({"int_type", "bool_type"})
 
 
 def _describe(exc: ValidationError, root: str) -> str:
     parts = []
-    for error in exc.errors(include_url=False, include_input=False):
-        where = ".".join([root, *(str(part) for part in error["loc"])])
-        parts.append(f"{where}: {error['msg']}")
+    for error in exc.errors(include_url=False):
+        where = ".".join([root, *(printable(str(part)) for part in error["loc"])])
+        message = error["msg"]
+        if error["type"] in _STRICT_TYPE_ERRORS:
+            message = f"{message}, got {_json_type(error['input'])}"
+        parts.append(f"{where}: {printable(message)}")
     return "; ".join(parts)
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    names = {str: "a string", int: "an integer", float: "a number", list: "an array"}
+    return "null" if value is None else names.get(type(value), "an object")

@@ -4,15 +4,98 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
 import jmespath
 import jmespath.exceptions
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from dependency_tracker.errors import InvalidMessageError
 
 WORKFLOW_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 # Keys the tracker uses for its own rows; a payload id cannot take them.
 RESERVED_ID_PREFIXES = ("join#", "waits#", "invalid-message/")
+# How deeply a payload may nest objects and arrays, the payload itself being level 1. AWS
+# names no bound, but pydantic's serializer stops at 255 levels and Python's json parser near
+# 1,000, and a parent's state and the queue message add a few levels around a payload: 100
+# leaves room for all of them and for any STAC item (a GeoJSON geometry nests 5 levels).
+MAX_PAYLOAD_DEPTH = 100
+
+
+def utf8_problem(text: str) -> str | None:
+    """Why ``text`` cannot be encoded as UTF-8 (a lone surrogate), or None if it can.
+
+    A JSON escape of half a surrogate pair decodes to a lone surrogate, which SQS,
+    DynamoDB and Step Functions all refuse; the description escapes the character
+    so it can be stored.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"lone surrogate {text[exc.start]!a} at character {exc.start}"
+    return None
+
+
+def _utf8(value: str) -> str:
+    problem = utf8_problem(value)
+    if problem is not None:
+        msg = f"not encodable as UTF-8 ({problem})"
+        raise ValueError(msg)
+    return value
+
+
+Utf8Str = Annotated[str, AfterValidator(_utf8)]
+"""A string AWS can store: UTF-8 encodable (no lone surrogates)."""
+
+
+def printable(text: str) -> str:
+    """``text`` with anything not encodable as UTF-8 escaped, safe to log and store."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def document_problem(document: Any, *, max_depth: int | None = None) -> str | None:
+    """The first reason a decoded JSON document cannot travel, or None.
+
+    A key or string not encodable as UTF-8 (named by its path), or, with
+    ``max_depth``, objects and arrays nested deeper than that. Walked without
+    recursion, so any depth the JSON parser returned is safe to check.
+    """
+    stack: list[tuple[str, Any, int]] = [("", document, 1)]
+    while stack:
+        path, value, depth = stack.pop()
+        if isinstance(value, str):
+            problem = utf8_problem(value)
+            if problem is not None:
+                return f"{path or 'value'} is not encodable as UTF-8 ({problem})"
+            continue
+        if not isinstance(value, dict | list):
+            continue
+        if max_depth is not None and depth > max_depth:
+            top = path.split(".", 1)[0].split("[", 1)[0]
+            return (
+                f"{top or 'value'} nests objects and arrays deeper than the "
+                f"{max_depth} levels a payload may have"
+            )
+        if isinstance(value, list):
+            items = [(f"{path}[{index}]", item) for index, item in enumerate(value)]
+        else:
+            items = []
+            for key, item in value.items():
+                where = f"{path}.{printable(key)}" if path else printable(key)
+                problem = utf8_problem(key) if isinstance(key, str) else None
+                if problem is not None:
+                    return f"key {where} is not encodable as UTF-8 ({problem})"
+                items.append((where, item))
+        # Reversed, so the first problem in document order is the one reported.
+        stack.extend((where, item, depth + 1) for where, item in reversed(items))
+    return None
 
 
 class Feature(BaseModel):
@@ -20,8 +103,8 @@ class Feature(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    id: str = Field(min_length=1)
-    collection: str | None = None
+    id: Utf8Str = Field(min_length=1)
+    collection: Utf8Str | None = None
 
 
 class ProcessDefinition(BaseModel):
@@ -32,8 +115,9 @@ class ProcessDefinition(BaseModel):
     workflow: str = Field(pattern=WORKFLOW_PATTERN)
     upload_options: dict[str, Any] | None = None
     tasks: dict[str, Any] | None = None
-    replace: bool = False
-    collections: list[str] | None = None
+    # Strict: "yes" or 1 are not a yes; a lenient cast would rerun a payload nobody asked to.
+    replace: bool = Field(default=False, strict=True)
+    collections: list[Utf8Str] | None = None
     idempotency_key: str | None = Field(default=None, min_length=1)
     chain_filter: str | None = Field(default=None, min_length=1)
 
@@ -58,10 +142,22 @@ class ProcessPayload(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    id: str = ""
+    id: Utf8Str = ""
     type: str = "FeatureCollection"
     features: list[Feature] = Field(default_factory=list)
     process: list[ProcessDefinition] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        # Checked before anything else reads the payload: a lone surrogate anywhere would
+        # fail every AWS call that carries it, and a payload too deep to serialise could
+        # never start; neither heals on a retry.
+        if isinstance(data, dict):
+            problem = document_problem(data, max_depth=MAX_PAYLOAD_DEPTH)
+            if problem is not None:
+                raise ValueError(problem)
+        return data
 
     @field_validator("process", mode="before")
     @classmethod
@@ -98,8 +194,19 @@ class ProcessPayload(BaseModel):
         return self.process[0].replace
 
     def execution_input(self) -> str:
-        """Canonical JSON handed to the child workflow (sorted keys, so retries match)."""
-        return json.dumps(self.model_dump(mode="json", exclude_none=True), sort_keys=True)
+        """Canonical JSON handed to the child workflow (sorted keys, so retries match).
+
+        Raises:
+            InvalidMessageError: The payload cannot be serialised (never for a
+                validated one: its depth is bounded by MAX_PAYLOAD_DEPTH).
+        """
+        try:
+            return json.dumps(self.model_dump(mode="json", exclude_none=True), sort_keys=True)
+        except (ValueError, RecursionError) as exc:
+            raise InvalidMessageError(
+                f"payload {printable(self.id)} cannot be serialised: {exc}",
+                payload_id=self.id if utf8_problem(self.id) is None else None,
+            ) from exc
 
 
 def keyed_payload_id(document: dict[str, Any], expression: str, workflow: str) -> str:

@@ -318,3 +318,75 @@ def test_members_spread_over_every_count_shard_and_stay_on_theirs() -> None:
     shards = [shard_of(f"m{index}") for index in range(200)]
     assert set(shards) == set(range(JOIN_COUNT_SHARDS))
     assert shards == [shard_of(f"m{index}") for index in range(200)]
+
+
+def join_with(spec: dict[str, object], *members: dict[str, object]) -> str:
+    return json.dumps({"join": {"task_token": "tok", **spec}, "payloads": list(members)})
+
+
+@pytest.mark.parametrize(
+    ("quorum", "got"),
+    [
+        pytest.param(True, "true", id="true"),
+        pytest.param("2", "a string", id="string"),
+        pytest.param(2.0, "a number", id="float"),
+    ],
+)
+def test_quorum_is_an_integer_and_nothing_else(quorum: object, got: str) -> None:
+    with pytest.raises(InvalidMessageError) as caught:
+        read_message(join_with({"quorum": quorum}, payload("a"), payload("b")))
+    assert caught.value.reason == f"join.quorum: Input should be a valid integer, got {got}"
+    assert (caught.value.error_name, caught.value.task_token) == ("InvalidJoin", "tok")
+    # AND the integer is read
+    message = read_message(join_with({"quorum": 2}, payload("a"), payload("b")))
+    assert isinstance(message, JoinMessage)
+    assert message.quorum == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        pytest.param(
+            join_with({}, payload("a"), payload("b\ud800")),
+            "payloads[1].features[0].id",
+            id="inline-member-id",
+        ),
+        pytest.param(
+            join_with({"waiter_payload_id": "w\ud800"}, payload("a")),
+            "join.waiter_payload_id",
+            id="waiter-payload-id",
+        ),
+        pytest.param(
+            json.dumps({"join": {"task_token": "tok"}, "payloads_url": "s3://b/\ud800"}),
+            "payloads_url",
+            id="manifest-url",
+        ),
+    ],
+)
+def test_a_lone_surrogate_in_a_join_is_invalid_join_naming_the_field(body: str, where: str) -> None:
+    with pytest.raises(InvalidMessageError) as caught:
+        read_message(body)
+    assert caught.value.reason.startswith(f"{where} is not encodable as UTF-8")
+    assert (caught.value.error_name, caught.value.task_token) == ("InvalidJoin", "tok")
+
+
+def test_a_replace_that_is_not_a_boolean_is_invalid_join_naming_the_member() -> None:
+    member = payload("a")
+    member["process"][0]["replace"] = "yes"
+    with pytest.raises(InvalidMessageError) as caught:
+        read_message(join_with({}, member))
+    assert caught.value.reason == (
+        "payloads[0].process.0.replace: Input should be a valid boolean, got a string"
+    )
+    assert caught.value.error_name == "InvalidJoin"
+
+
+def test_a_manifest_member_with_a_lone_surrogate_is_invalid_join() -> None:
+    with pytest.raises(InvalidMessageError, match=r"m\.jsonl\[3\]: .*properties\.t is not encod"):
+        read_members(
+            [{"url": "s3://b/x.json"}],
+            first_index=3,
+            where="s3://b/m.jsonl",
+            load_url=lambda _: json.dumps(payload(properties={"t": "\ud800"})),
+            task_token="tok",
+        )

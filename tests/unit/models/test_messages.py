@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from dependency_tracker.errors import InvalidMessageError
-from dependency_tracker.models import ProcessMessage
+from dependency_tracker.models import PayloadLoader, ProcessMessage, WaitMessage, read_message
+from dependency_tracker.models.payload import MAX_PAYLOAD_DEPTH
 from tests.conftest import load_event, payload, payload_id
 
 
@@ -124,3 +126,163 @@ def test_unreadable_url_keeps_the_token() -> None:
     with pytest.raises(InvalidMessageError, match="not valid JSON") as caught:
         ProcessMessage.from_body(body, load_url=load)
     assert caught.value.task_token == "tok"
+
+
+LONE = "\ud800"  # half a surrogate pair: JSON can escape it, UTF-8 cannot encode it
+TOKEN = {"task_token": "tok"}
+
+
+def refused(body: object, *, load_url: PayloadLoader | None = None) -> InvalidMessageError:
+    """What reading ``body`` raised; the reason must be storable as it is."""
+    with pytest.raises(InvalidMessageError) as caught:
+        read_message(json.dumps(body), load_url=load_url)
+    caught.value.reason.encode("utf-8")
+    assert caught.value.retryable is False
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        pytest.param(payload(id=f"sx/{LONE}", callback=TOKEN), "id", id="payload-id"),
+        pytest.param(payload(f"a{LONE}", callback=TOKEN), "features[0].id", id="derived-id"),
+        pytest.param(
+            payload(properties={"title": LONE}, callback=TOKEN),
+            "properties.title",
+            id="property-value",
+        ),
+        pytest.param(
+            {"payload": payload(id=f"sx/{LONE}"), "callback": TOKEN},
+            "payload.id",
+            id="in-a-payload-envelope",
+        ),
+        pytest.param({"wait_for": f"sx/{LONE}", "callback": TOKEN}, "wait_for", id="wait-for"),
+        pytest.param(
+            payload(callback={**TOKEN, "parent_execution": LONE}),
+            "callback.parent_execution",
+            id="parent-execution",
+        ),
+        pytest.param({"url": f"s3://b/{LONE}.json", "callback": TOKEN}, "url", id="url-never-read"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_at_once_and_the_parent_told(
+    body: dict[str, object], where: str
+) -> None:
+    def load(url: str) -> str:
+        raise AssertionError(f"read {url!a}")
+
+    error = refused(body, load_url=load)
+    assert error.reason.startswith(f"{where} is not encodable as UTF-8 (lone surrogate '\\ud800'")
+    assert (error.error_name, error.task_token, error.payload_id) == (
+        "DependencyInvalid",
+        "tok",
+        None,
+    )
+
+
+def test_a_lone_surrogate_in_the_token_leaves_no_token_to_answer() -> None:
+    error = refused(payload(callback={"task_token": f"tok{LONE}"}))
+    assert "callback.task_token is not encodable as UTF-8" in error.reason
+    assert error.task_token is None
+
+
+def test_a_lone_surrogate_in_a_payload_read_from_s3_is_refused_with_the_token() -> None:
+    stored = json.dumps(payload(properties={"title": LONE}))
+    error = refused({"url": "s3://b/k.json", "callback": TOKEN}, load_url=lambda _: stored)
+    assert "properties.title is not encodable as UTF-8" in error.reason
+    assert error.task_token == "tok"
+
+
+def deep(levels: int) -> object:
+    value: object = "leaf"
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+def test_a_payload_nested_400_levels_is_invalid_with_the_token() -> None:
+    error = refused({"payload": payload(properties=deep(400)), "callback": TOKEN})
+    assert (
+        f"properties nests objects and arrays deeper than the {MAX_PAYLOAD_DEPTH} levels"
+        in error.reason
+    )
+    assert (error.error_name, error.task_token) == ("DependencyInvalid", "tok")
+
+
+def test_a_body_nested_past_what_json_reads_is_invalid_not_retried() -> None:
+    body = '{"a": ' * 5000 + "1" + "}" * 5000
+    with pytest.raises(InvalidMessageError, match="nests too deeply to be read as JSON") as caught:
+        read_message(body)
+    assert caught.value.retryable is False
+
+
+@pytest.mark.parametrize(
+    ("body", "kinds", "error_name"),
+    [
+        pytest.param(
+            {"payload": payload(), "wait_for": "x/y", "callback": TOKEN},
+            "'wait_for' and 'payload'",
+            "DependencyInvalid",
+            id="payload-envelope-and-wait-for",
+        ),
+        pytest.param(
+            payload(wait_for="x/y", callback=TOKEN),
+            "'wait_for' and 'payload'",
+            "DependencyInvalid",
+            id="bare-payload-and-wait-for",
+        ),
+        pytest.param(
+            {"payload": {**payload(), "wait_for": "x/y"}, "callback": TOKEN},
+            "'wait_for' and 'payload'",
+            "DependencyInvalid",
+            id="wait-for-inside-the-envelope",
+        ),
+        pytest.param(
+            {"url": "s3://b/k", "wait_for": "x/y", "callback": TOKEN},
+            "'wait_for' and 'payload'",
+            "DependencyInvalid",
+            id="url-and-wait-for",
+        ),
+        pytest.param(
+            {"join": TOKEN, "payloads": [payload()], "payload": payload()},
+            "'join' and 'payload'",
+            "InvalidJoin",
+            id="join-and-payload",
+        ),
+        pytest.param(
+            {"join": TOKEN, "payloads": [payload()], "wait_for": "x/y"},
+            "'join' and 'wait_for'",
+            "InvalidJoin",
+            id="join-and-wait-for",
+        ),
+        pytest.param(
+            {
+                "join_chunk": {"join_id": "j", "index": 1, "offset": 0, "payloads_url": "s3://b/k"},
+                "wait_for": "x/y",
+                "callback": TOKEN,
+            },
+            "'wait_for' and 'join_chunk'",
+            "DependencyInvalid",
+            id="join-chunk-and-wait-for",
+        ),
+    ],
+)
+def test_a_message_about_two_things_is_refused_not_half_read(
+    body: dict[str, object], kinds: str, error_name: str
+) -> None:
+    error = refused(body, load_url=lambda _: json.dumps(payload()))
+    assert error.reason == (
+        f"a message carries one of payload, join, wait_for, join_chunk; this one has {kinds}"
+    )
+    assert (error.error_name, error.task_token) == (error_name, "tok")
+
+
+def test_a_wait_in_a_payload_envelope_is_one_thing_and_a_payload_beside_it_a_second() -> None:
+    # GIVEN what the parent's Map sends for a {"wait_for"} dependency: it is a wait
+    body: dict[str, Any] = {"payload": {"wait_for": "x/y"}, "callback": TOKEN}
+    message = read_message(json.dumps(body))
+    assert isinstance(message, WaitMessage)
+    assert message.wait_for == "x/y"
+    # WHEN the dependency also carries a payload THEN it is refused, not dropped
+    body["payload"].update(payload())
+    assert "this one has 'wait_for' and 'payload'" in refused(body).reason

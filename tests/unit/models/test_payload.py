@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
-from dependency_tracker.models import ProcessPayload
+from dependency_tracker.errors import InvalidMessageError
+from dependency_tracker.models import Feature, ProcessDefinition, ProcessPayload
+from dependency_tracker.models.payload import MAX_PAYLOAD_DEPTH
 from tests.conftest import load_fixture
+
+LONE = "\ud800"  # half a surrogate pair: JSON can escape it, UTF-8 cannot encode it
 
 
 def feature(item_id: str, collection: str | None = None) -> dict[str, object]:
@@ -177,3 +183,90 @@ def test_explicit_id_beats_the_idempotency_key() -> None:
     body = keyed("features[0].id")
     body["id"] = "given"
     assert ProcessPayload.model_validate(body).id == "given"
+
+
+def nested(levels: int) -> Any:
+    """A value that, put under a payload's key, makes the payload ``levels`` deep."""
+    value: Any = "leaf"
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+def valid(**fields: Any) -> dict[str, Any]:
+    return {"features": [feature("a", "c")], "process": [{"workflow": "w"}], **fields}
+
+
+@pytest.mark.parametrize(
+    ("raw", "where"),
+    [
+        pytest.param(valid(id=f"sx/{LONE}"), "id", id="payload-id"),
+        pytest.param(
+            {"features": [feature(f"a{LONE}", "c")], "process": [{"workflow": "w"}]},
+            "features[0].id",
+            id="feature-id-the-id-derives-from",
+        ),
+        pytest.param(
+            {"features": [feature("a", LONE)], "process": [{"workflow": "w"}]},
+            "features[0].collection",
+            id="feature-collection",
+        ),
+        pytest.param(
+            {"features": [feature("a")], "process": [{"workflow": "w", "collections": [LONE]}]},
+            "process[0].collections[0]",
+            id="collections-override",
+        ),
+        pytest.param(
+            valid(properties={"title": f"caf{LONE}"}), "properties.title", id="a-property-value"
+        ),
+        pytest.param(valid(properties={LONE: 1}), "key properties.\\ud800", id="a-property-key"),
+    ],
+)
+def test_a_lone_surrogate_anywhere_is_refused_naming_where(raw: dict[str, Any], where: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        ProcessPayload.model_validate(raw)
+    message = str(caught.value)
+    assert f"{where} is not encodable as UTF-8 (lone surrogate '\\ud800'" in message
+    message.encode("utf-8")  # the reason itself can be stored and logged
+
+
+def test_a_feature_alone_refuses_a_lone_surrogate_in_its_collection() -> None:
+    with pytest.raises(ValidationError, match="collection\n  Value error, not encodable as UTF-8"):
+        Feature.model_validate({"id": "a", "collection": LONE})
+
+
+@pytest.mark.parametrize("levels", [MAX_PAYLOAD_DEPTH + 1, 400])
+def test_a_payload_deeper_than_the_maximum_is_refused_naming_the_field(levels: int) -> None:
+    # GIVEN the deepest payload there may be: it is read and serialised
+    deepest = ProcessPayload.model_validate(valid(properties=nested(MAX_PAYLOAD_DEPTH)))
+    # (its levels, plus the objects in features and process beside them)
+    assert deepest.execution_input().count("{") == MAX_PAYLOAD_DEPTH + 2
+    # THEN one level more is refused, naming the field
+    with pytest.raises(
+        ValidationError,
+        match=f"properties nests objects and arrays deeper than the {MAX_PAYLOAD_DEPTH} levels",
+    ):
+        ProcessPayload.model_validate(valid(properties=nested(levels)))
+
+
+def test_a_payload_too_deep_to_serialise_is_invalid_not_retryable() -> None:
+    # GIVEN a payload built without validation, too deep for the serializer
+    unchecked = ProcessPayload.model_construct(
+        id="c/workflow-w/a", process=[ProcessDefinition(workflow="w")], properties=nested(400)
+    )
+    # THEN serialising it says so, as an invalid message, never as an error to retry
+    with pytest.raises(InvalidMessageError, match="cannot be serialised") as caught:
+        unchecked.execution_input()
+    assert (caught.value.retryable, caught.value.payload_id) == (False, "c/workflow-w/a")
+
+
+@pytest.mark.parametrize("value", ["yes", "true", 1, 0])
+def test_replace_is_a_boolean_and_nothing_else(value: object) -> None:
+    with pytest.raises(
+        ValidationError, match=r"process\.0\.replace\n  Input should be a valid boolean"
+    ):
+        ProcessPayload.model_validate(valid(process=[{"workflow": "w", "replace": value}]))
+    # AND the booleans are read
+    for given in (True, False):
+        body = valid(process=[{"workflow": "w", "replace": given}])
+        assert ProcessPayload.model_validate(body).replace is given
