@@ -6,7 +6,8 @@ over several, or (``wait_for``) on the second step a two-step payload chains
 to. Dependencies succeed, fail or are invalid, and many parents share each.
 A few parents (:class:`Ring`) wait on each other in a dependency cycle, naming
 their ``waiter_payload_id``: of each cycle at least one wait must be refused
-with ``DependencyCycle``, and the others may only wait.
+with ``DependencyCycle``, and the others may only wait (unless the rows prove the
+cycle never stood: a "join" ring's join decided before its member's wait began).
 The messages go to the process queue; the harness pumps (real handlers over
 moto) run them while :class:`~tests.chaos.faults.FaultInjector` throttles,
 fails, races and crashes the handlers' own AWS calls, and some deliveries are
@@ -36,6 +37,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from dependency_tracker import clients, definitions, naming, settings
@@ -140,6 +142,7 @@ CYCLE_SHARE = 0.05
 RING_SIZES = {"pair": 2, "join": 2, "triangle": 3, "self": 1}
 RING_WEIGHTS = {"pair": 0.4, "join": 0.2, "triangle": 0.25, "self": 0.15}
 CYCLE = DependencyError.CYCLE.value
+SUCCEEDED_JOIN = frozenset({"succeeded", "succeeded_gone"})  # a "join" ring's join let through
 INVALID_JOIN = DependencyError.INVALID_JOIN.value
 JOIN_FAULTS = ("join_id_reuse", "manifest_overwrite")
 # What the refusals must say: the join_id is another parent's; the manifest changed.
@@ -1428,7 +1431,9 @@ class ChaosRun:
         A wait-only parent hears ``DependencyCycle`` once, naming its ring as the cycle, or
         nothing: it waits (on AWS its callback timeout would end it). A "join" ring's join
         may instead succeed, once, if it was let through (its member ran): then the
-        member's own wait is the one that closes the cycle. A parent made gone by an
+        member's own wait is the one that closes the cycle, and is refused, unless the join
+        was decided before that wait's edge was written (:meth:`_join_ended_first`: the
+        cycle never stood, and the member's wait rightly waits). A parent made gone by an
         injected ``TaskTimedOut``/``InvalidToken`` counts as its row says it was told; one
         whose message is in the DLQ and heard nothing is left for the redrive.
         """
@@ -1450,7 +1455,7 @@ class ChaosRun:
             ran = [pid for pid in ring.ids if pid in states]
             if ring.member is not None and ring.ids[1] in ran:
                 ran.remove(ring.ids[1])
-                let_through = outcomes[0] in {"succeeded", "succeeded_gone"}
+                let_through = outcomes[0] in SUCCEEDED_JOIN
                 counts["cycles_join_let_through" if let_through else "cycles_join_member_ran"] += 1
             problems.extend(f"ring {ring.index}: the tracker ran {pid}" for pid in ran)
             verdict = self._ring_verdict(members, outcomes)
@@ -1478,16 +1483,38 @@ class ChaosRun:
         if "left" in outcomes:
             return "cycles_left_for_redrive"
         ring = members[0].ring
-        if (
-            ring is not None
-            and ring.shape == "join"
-            and outcomes[0] in {"succeeded", "succeeded_gone"}
-            and self._edge_refused(members[0], ring)
-        ):
+        if ring is None or ring.shape != "join" or outcomes[0] not in SUCCEEDED_JOIN:
+            return None
+        return self._join_verdict(members, ring, outcomes)
+
+    def _join_verdict(self, members: list[Parent], ring: Ring, outcomes: list[str]) -> str | None:
+        """A "join" ring whose join succeeded and whose member's wait was not refused."""
+        if self._edge_refused(members[0], ring):
             # Let through, then refused on a redelivery once its member had won: its wait
             # had ended, so the member's wait closed no cycle any more.
             return "cycles_join_refused_late"
+        if outcomes[1] == "waiting" and self._join_ended_first(members, ring):
+            return "cycles_join_ended_first"
         return None
+
+    def _join_ended_first(self, members: list[Parent], ring: Ring) -> bool:
+        """A "join" ring's join was decided before its member's wait on it was recorded.
+
+        The check follows a wait edge only while its waiting row is ``PROCESSING``
+        (architecture.md, section 12): once the member's membership row has turned
+        terminal, the join waits on nothing and no cycle is left to close. The join's
+        decision comes after that row turned terminal (the decision counts it), and the
+        member's edge is written before its every search: a decision older than the edge
+        proves each search of the member's wait came after the join's wait had ended, and
+        the join's own search, before its members started, could not meet the member's
+        edge. No deadlock was possible; anything less proves nothing and stays a failure.
+        """
+        join = self._ring_row(members[0], ring)
+        edge = self._edge(members[1], ring)
+        if not isinstance(join, JoinItem) or join.resolved_at is None or edge is None:
+            return False
+        recorded = datetime.fromisoformat(edge["created_at"]["S"])
+        return join.workflow_state is PayloadState.SUCCEEDED and join.resolved_at <= recorded
 
     def _ring_outcome(self, parent: Parent, ring: Ring, dead: set[str]) -> tuple[str, list[str]]:
         """How one ring parent ended, and what is wrong with that.
