@@ -116,7 +116,8 @@ SFN_SERVICE_STATEMENTS = {
     "DeliverExecutionLogs": LOG_DELIVERY_ACTIONS,
     "UploadTraces": SFN_XRAY_ACTIONS,
 }
-# Where the process flow writes a large inline join's member list (joins/<sha256>/<sha256 of token>/members.jsonl).
+# Where the process flow writes a large inline join's member list
+# (joins/<sha256 of join_id>/<sha256 of token>/members.jsonl).
 
 
 @pytest.fixture(scope="module")

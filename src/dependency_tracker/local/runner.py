@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import io
 import logging
@@ -52,6 +53,17 @@ class ThreadRoutedStdout(io.TextIOBase):
     def writable(self) -> bool:
         """Always writable."""
         return True
+
+    def print(self, *values: object, **options: Any) -> None:
+        """``print`` that sends a handler's output to the sink whatever ``sys.stdout`` is now.
+
+        Powertools prints its metrics; a test runner may have set ``sys.stdout``
+        again since the stack started (pytest does around each test and its
+        report), and a pump's invocation then printed on the terminal.
+        """
+        if getattr(self._local, "active", False) and "file" not in options:
+            options["file"] = self._sink
+        builtins.print(*values, **options)  # noqa: T201
 
 
 class StackStoppedError(RuntimeError):

@@ -15,6 +15,7 @@ import warnings
 from typing import IO, TYPE_CHECKING, Any, Self
 
 import boto3
+from aws_lambda_powertools.metrics.provider.cloudwatch_emf import cloudwatch as emf_module
 from moto import mock_aws
 
 from dependency_tracker import clients, definitions, limits, settings
@@ -192,6 +193,7 @@ class EmbeddedStack:
         if self._sink is not None:
             self._stdout = ThreadRoutedStdout(sys.stdout, self._sink)
             sys.stdout = self._stdout
+            emf_module.print = self._stdout.print  # type: ignore[attr-defined]
             self._saved_log_stream = _log_handler(logger).setStream(self._sink)
             # moto's interpreter logs expected failures (timeouts) at ERROR.
             self._moto_log_handler = logging.StreamHandler(self._sink)
@@ -252,6 +254,7 @@ class EmbeddedStack:
         if self._stdout is not None:
             if sys.stdout is self._stdout:
                 sys.stdout = self._stdout.original
+            vars(emf_module).pop("print", None)
             self._stdout = None
         if self._moto_log_handler is not None:
             _MOTO_SFN_LOGGER.removeHandler(self._moto_log_handler)
