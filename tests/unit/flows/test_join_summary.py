@@ -19,7 +19,6 @@ import pytest
 from dependency_tracker.flows.callback import CallbackFlow
 from dependency_tracker.flows.joins.counting import JoinCounting
 from dependency_tracker.flows.joins.summary import read_summary
-from dependency_tracker.flows.process import ProcessFlow
 from dependency_tracker.keys import partition_key
 from dependency_tracker.models import (
     ChunkItem,
@@ -32,22 +31,22 @@ from dependency_tracker.models import (
     utcnow,
 )
 from dependency_tracker.models.items import JOIN_ROW_KEY
-from dependency_tracker.stores import DependencyTable, PayloadBucket
+from dependency_tracker.stores import DependencyTable
 from dependency_tracker.stores.joins import JoinStore, Registration
 from dependency_tracker.stores.manifest import manifest_text
 from tests.conftest import payload, payload_id
+from tests.unit.flows.test_join_registration import BUCKET
+from tests.unit.flows.test_join_registration import Harness as RegistrationHarness
 
 if TYPE_CHECKING:
     from tests.conftest import Aws
 
-BUCKET = "deptrack-payloads"
-CHUNK = 2
 # Racing runs, one join each; DEPTRACK_RACE_RUNS=10 runs ten times as many.
 RACE_SEEDS = range(6 * int(os.environ.get("DEPTRACK_RACE_RUNS", "1")))
 
 
-class Harness:
-    """The process flow (chunks of two) and the callback flow over one moto account.
+class Harness(RegistrationHarness):
+    """The registration tests' harness (chunks of two), recording every join output.
 
     ``summaries`` collects every join output the callback flow builds. A decided
     join's output is built at once (unless ``deliver`` is off), by the thread
@@ -58,28 +57,7 @@ class Harness:
     """
 
     def __init__(self, aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.aws = aws
-        aws.s3.create_bucket(Bucket=BUCKET)
-        settings = aws.settings.model_copy(
-            update={
-                "join_chunk_size": CHUNK,
-                "process_queue_url": aws.queue_url,
-                "payload_bucket": BUCKET,
-            }
-        )
-        bucket = PayloadBucket(aws.s3, BUCKET)
-        self.flow = ProcessFlow(
-            settings=settings,
-            states=aws.states,
-            dependencies=aws.dependencies,
-            sfn=aws.sfn,
-            bucket=bucket,
-            sqs=aws.sqs,
-        )
-        self.callback = CallbackFlow(
-            settings=settings, dependencies=aws.dependencies, sfn=aws.sfn, bucket=bucket
-        )
-        self.joins = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+        super().__init__(aws)
         self.summaries: list[dict[str, Any]] = []
         self.decided: list[JoinItem] = []
         self.deliver = True
@@ -104,34 +82,7 @@ class Harness:
         monkeypatch.setattr(CallbackFlow, "join_output", recorded_output)
         monkeypatch.setattr(DependencyTable, "decide_join", decide_and_deliver)
 
-    def send(self, body: dict[str, Any], message_id: str = "m-0") -> None:
-        self.flow.handle(self.flow.parse(json.dumps(body), message_id=message_id))
-
-    def queued(self) -> list[dict[str, Any]]:
-        """Receive (and delete) every message on the process queue."""
-        bodies: list[dict[str, Any]] = []
-        while True:
-            response = self.aws.sqs.receive_message(
-                QueueUrl=self.aws.queue_url, MaxNumberOfMessages=10
-            )
-            messages = response.get("Messages", [])
-            if not messages:
-                return bodies
-            for message in messages:
-                bodies.append(json.loads(message["Body"]))
-                self.aws.sqs.delete_message(
-                    QueueUrl=self.aws.queue_url, ReceiptHandle=message["ReceiptHandle"]
-                )
-
-    def drain(self) -> None:
-        """Handle continuation chunks until none is left."""
-        handled = 0
-        while bodies := self.queued():
-            for body in bodies:
-                self.send(body, message_id=f"chunk-{handled}")
-                handled += 1
-
-    def finish(self, join_id: str, item: str, state: PayloadState) -> bool:
+    def finish(self, join_id: str, item: str, state: PayloadState) -> bool:  # type: ignore[override]
         """The member ended: resolve its membership row and deliver it; False if unregistered."""
         member, membership = payload_id(item), membership_id_for(join_id)
         if not self.aws.dependencies.resolve(member, membership, Resolution(state=state)):
