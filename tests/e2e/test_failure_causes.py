@@ -2,9 +2,10 @@
 
 On the embedded stack (the strict layer keeps ``SendTaskFailure``'s cause and
 refuses answers about closed tasks with ``TaskTimedOut``, as AWS does): a
-parent's ``describe_execution`` shows why its dependency failed or was invalid,
-``dependency-tracker wait`` prints it, and a failure that comes after the
-parent's callback timeout is recorded as ``PARENT_GONE:TaskTimedOut``, not sent.
+parent's ``describe_execution`` shows why its dependency failed or was invalid
+(``dependency-tracker wait`` prints it: tests/e2e/test_wait_command.py), and a
+failure that comes after the parent's callback timeout is recorded as
+``PARENT_GONE:TaskTimedOut``, not sent.
 """
 
 from __future__ import annotations
@@ -17,14 +18,9 @@ import pytest
 from dependency_tracker.models import PayloadState
 from tests.conftest import wait_until
 from tests.e2e.conftest import dependency, dependency_id, finished, start_parent, waiters
-from tests.e2e.serving import serving, write
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-    from pathlib import Path
-
     from dependency_tracker.local import LocalStack
-    from tests.e2e.serving import Server
 
 pytestmark = pytest.mark.e2e
 
@@ -76,30 +72,3 @@ def test_a_failure_after_the_parent_timed_out_is_recorded_as_parent_gone(
     assert row.workflow_state is PayloadState.FAILED
     assert row.notify_outcome == "PARENT_GONE:TaskTimedOut"
     assert stack.dead_letters == {"update-state": [], "callback": []}
-
-
-@pytest.fixture(scope="module")
-def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with serving(tmp_path_factory.mktemp("serve-causes")) as running:
-        yield running
-
-
-def test_wait_prints_the_cause_of_a_failed_join(serve: Server, tmp_path: Path) -> None:
-    # GIVEN two payloads, one of which fails
-    both = [
-        dependency("fc-j-ok", collection="causes"),
-        dependency("fc-j-bad", outcome="fail", collection="causes"),
-    ]
-    # WHEN `wait` follows a join that needs both
-    result = serve.cli(
-        "wait", write(tmp_path, "both.json", both), "--quorum", "2", "--poll", "0.1", "--json"
-    )
-    # THEN it exits 1 with the error name and the cause, in its report and on stderr
-    assert result.exit_code == 1, result.output
-    report = json.loads(result.stdout)
-    assert (report["status"], report["error"]) == ("FAILED", "QuorumUnreachable")
-    assert report["cause"], "the parent lost the cause"
-    assert dependency_id("fc-j-bad", collection="causes") in report["cause"]
-    assert result.stderr.splitlines()[-1].startswith(
-        f"error: parent FAILED: QuorumUnreachable: {report['cause'][:40]}"
-    )

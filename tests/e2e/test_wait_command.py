@@ -102,11 +102,15 @@ def test_a_join_that_cannot_reach_its_quorum_exits_1_with_the_error_name(
     both = write(tmp_path, "both.json", [simulate("j-ok"), simulate("j-bad", outcome="fail")])
     # WHEN a join needing both is followed
     result = cli(serve, "wait", both, "--quorum", "2", "--name", "join-1", "--poll", "0.1")
-    # THEN it ran wait-for-join and failed with QuorumUnreachable
+    # THEN it ran wait-for-join and failed with QuorumUnreachable, and printed the cause the
+    # tracker sent (the join's summary, naming the member that failed): the embedded stack
+    # keeps SendTaskFailure's cause, as AWS does
     assert result.exit_code == 1, result.output
     assert "FAILED" in result.stdout
     assert "join-1" in result.stdout
-    assert result.stderr.splitlines()[-1].startswith("error: parent FAILED: QuorumUnreachable: ")
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("error: parent FAILED: QuorumUnreachable: {")
+    assert sim_id("j-bad") in last
 
 
 def test_a_parent_left_waiting_shows_in_waiters_stuck_and_graph(

@@ -47,6 +47,7 @@ from dependency_tracker.models import (
     utcnow,
     waiter_id_for,
 )
+from dependency_tracker.models.payload import utf8_problem
 from dependency_tracker.observability import logger, metrics, redact_token
 from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
 from dependency_tracker.stores.joins import JoinStore
@@ -545,7 +546,8 @@ def _token_in(body: str) -> tuple[str | None, DependencyError]:
     ):
         holder = document.get(key)
         token = holder.get("task_token") if isinstance(holder, dict) else None
-        if isinstance(token, str) and token:
+        # A token with no UTF-8 form cannot be sent back: the parent is unreachable.
+        if isinstance(token, str) and token and utf8_problem(token) is None:
             return token, error
     return None, DependencyError.INVALID
 

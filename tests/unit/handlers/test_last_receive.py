@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dependency_tracker import settings
+from dependency_tracker.flows.process import _token_in
 from dependency_tracker.handlers import process as process_handler
 from dependency_tracker.handlers.process import lambda_handler
 from dependency_tracker.models import DependencyError, PayloadState, waiter_id_for
@@ -231,3 +232,12 @@ def test_only_a_readable_token_is_answered_and_only_with_the_setting(
         "off"
     ]
     assert answer(last_receive, "off", "tok-off") is None
+
+
+def test_a_token_with_no_utf8_form_is_not_read_from_a_broken_body() -> None:
+    # GIVEN bodies whose token has a lone surrogate (Step Functions could never take it back)
+    for holder in ("callback", "join"):
+        body = json.dumps({holder: {"task_token": "tok-\ud800"}})
+        # THEN no parent is read from it; a sound token still is
+        assert _token_in(body)[0] is None
+        assert _token_in(json.dumps({holder: {"task_token": "tok-1"}}))[0] == "tok-1"
