@@ -65,14 +65,23 @@ def run(stack: LocalStack, case: str) -> str:
     raise AssertionError(f"docs/troubleshooting.md documents a case this test does not run: {case}")
 
 
+@pytest.fixture(scope="module")
+def told(stack: LocalStack) -> dict[str, dict[str, Any]]:
+    """Every documented case's parent, started together and described once stopped."""
+    started = {case: run(stack, case) for case in documented()}
+    return {case: finished(stack, arn, timeout=60) for case, arn in started.items()}
+
+
 def test_the_table_documents_every_case() -> None:
     assert len(documented()) == 8
 
 
 @pytest.mark.parametrize("case", sorted(documented()))
-def test_a_documented_cause_is_what_the_parent_is_told(stack: LocalStack, case: str) -> None:
+def test_a_documented_cause_is_what_the_parent_is_told(
+    told: dict[str, dict[str, Any]], case: str
+) -> None:
     error, cause = documented()[case]
-    described = finished(stack, run(stack, case), timeout=60)
+    described = told[case]
     assert (described["status"], described["error"]) == ("FAILED", error)
     pattern = ".*?".join(re.escape(part) for part in cause.split("…"))
     assert re.fullmatch(pattern, described["cause"]), described["cause"]

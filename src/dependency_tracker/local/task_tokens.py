@@ -129,10 +129,11 @@ def _keeping_cause(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
 def _owner(backend: StepFunctionsParserBackend, token: str) -> tuple[Any, CallbackEndpoint] | None:
     """The execution that issued ``token`` and the token's endpoint (None: never issued)."""
     for execution in backend._get_executions():
-        worker = getattr(execution, "exec_worker", None)
-        if worker is None:
+        # An execution still starting (or torn down) has no worker or environment yet.
+        env = getattr(getattr(execution, "exec_worker", None), "env", None)
+        if env is None:
             continue
-        endpoint = worker.env.callback_pool_manager.get(token)
+        endpoint = env.callback_pool_manager.get(token)
         if endpoint is not None:
             return execution, endpoint
     return None
