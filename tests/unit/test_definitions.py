@@ -105,7 +105,7 @@ def ends_reachable_from(states: dict[str, dict[str, Any]], start: str) -> set[st
 
 @pytest.mark.parametrize("name", sorted(definitions.discover()))
 def test_no_feature_moto_cannot_run(name: str) -> None:
-    # JSONata, Assign and ToleratedFailureCount are broken locally (design.md, moto facts)
+    # JSONata, Assign and ToleratedFailureCount are broken locally (docs/local.md, moto limits)
     text = json.dumps(rendered(name))
     for feature in ('"QueryLanguage"', '"Assign"', '"ToleratedFailureCount', '"Arguments"'):
         assert feature not in text, feature

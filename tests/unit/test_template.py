@@ -89,7 +89,7 @@ POWERTOOLS_VARIABLES = {
     "POWERTOOLS_LOG_LEVEL",
     "POWERTOOLS_METRICS_NAMESPACE",
 }
-# What the public contract (design.md) promises as outputs, plus one ARN per state machine.
+# What the public contract (docs/versioning.md) promises as outputs, plus one ARN per state machine.
 CONTRACT_OUTPUTS = {
     "ProcessQueueUrl",
     "ProcessDlqUrl",

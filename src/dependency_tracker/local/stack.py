@@ -540,5 +540,5 @@ def _build_flows() -> None:
         cirrus_events.cirrus_events_flow()
 
 
-# The first name, kept as an alias: programs outside the project use it (design.md).
+# The first name, kept as an alias: the public contract names it (docs/versioning.md).
 LocalStack = EmbeddedStack
