@@ -43,6 +43,7 @@ DDB_MAX_BATCH_GET_KEYS = 100
 # (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/
 # quotas-messages.html). The tracker's queues (template and embedded stack) set 256 KiB.
 SQS_DEFAULT_MAX_MESSAGE_BYTES = 256 * KIB
+SQS_MAX_BATCH_ENTRIES = 10  # SendMessageBatch, DeleteMessageBatch
 
 
 def utf8_size(text: str) -> int:

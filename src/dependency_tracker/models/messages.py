@@ -213,13 +213,18 @@ class JoinChunk(BaseModel):
     # The member list's version read first: later chunks read only that version.
     etag: str | None = None
     version_id: str | None = None
+    # How many chunks the member list has, set when the join's first invocation sent every
+    # chunk's message itself. Absent on a message of the older chained registration, where
+    # each chunk sent the next: such a chunk still does, so a join in flight finishes.
+    chunks: int | None = Field(default=None, ge=2)
 
 
 class JoinChunkMessage(BaseModel):
     """``{"join_chunk": {...}}``: the tracker's own message carrying on a join's registration.
 
-    The process flow sends it to the process queue when a join's members do not
-    fit one invocation; it names the manifest and where the next chunk starts.
+    The join's first invocation sends one for every chunk after the first when its
+    members do not fit one invocation; each names the member list and where its
+    chunk starts.
     """
 
     join_chunk: JoinChunk

@@ -177,6 +177,51 @@ class ManifestReader:
         finally:
             body.close()
 
+    def chunk_starts(
+        self, url: str, *, offset: int, limit: int, version: ObjectVersion | None = None
+    ) -> list[int]:
+        """Where each chunk of ``limit`` entries starts, from ``offset`` (a chunk's start) on.
+
+        One streamed ``GetObject`` of the rest of the object (only ``version``, when
+        given): every entry is parsed, so a malformed one is refused here, before any
+        later chunk is registered, and none is kept (memory stays one block and one
+        chunk). The first start is ``offset``; each other one is an offset :meth:`read`
+        takes. Errors as :meth:`read`.
+        """
+        if limit < 1:
+            msg = f"limit must be at least 1, not {limit}"
+            raise ValueError(msg)
+        bucket, key = _split_url(url)
+        pinned = version.pinned() if version is not None else Pinned()
+        try:
+            response = self._s3.get_object(
+                Bucket=bucket, Key=key, Range=f"bytes={offset}-", **pinned
+            )
+        except ClientError as exc:
+            code = _code(exc)
+            if code in _CHANGED_CODES:
+                raise _changed(url, version, code) from exc
+            if code in _UNREADABLE_CODES:
+                raise _invalid(f"manifest {url} cannot be read: {code}") from exc
+            raise
+        body = response["Body"]
+        starts = [offset]
+        try:
+            window = _Window(body, offset, self._block_bytes)
+            while True:
+                piece = _SliceParser(
+                    window,
+                    url=url,
+                    start=starts[-1],
+                    limit=limit,
+                    max_entry_bytes=self._max_entry_bytes,
+                ).parse()
+                if piece.end:
+                    return starts
+                starts.append(piece.next_offset)
+        finally:
+            body.close()
+
     def _check_unchanged(
         self,
         bucket: str,

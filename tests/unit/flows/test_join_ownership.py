@@ -161,15 +161,16 @@ def test_the_inline_list_is_written_once_under_its_owners_key(
     finish_chunk_dies_once(monkeypatch)
     body = join_body("once", [f"w{i}" for i in range(5)])
     with pytest.raises(RuntimeError):
-        harness.send(body)  # wrote the list, queued chunk 1, died before recording chunk 0
+        harness.send(body)  # wrote the list, queued chunks 1 and 2, died before recording chunk 0
     harness.send(body)  # SQS redelivers: it finds its own object, and the ETag handed out holds
     chunks = harness.queued()
     listed = harness.aws.s3.list_objects_v2(Bucket=BUCKET, Prefix="joins/")["Contents"]
     assert len(listed) == 1
     etag = harness.aws.s3.head_object(Bucket=BUCKET, Key=listed[0]["Key"])["ETag"]
-    assert [chunk["join_chunk"]["etag"] for chunk in chunks] == [etag, etag]
+    assert [chunk["join_chunk"]["etag"] for chunk in chunks] == [etag] * 4
+    assert sorted(chunk["join_chunk"]["index"] for chunk in chunks) == [1, 1, 2, 2]
     for chunk in chunks:
-        harness.send(chunk, message_id="chunk-1")
+        harness.send(chunk, message_id=f"chunk-{chunk['join_chunk']['index']}")
     harness.drain()
     join, _, _ = harness.row("once")
     assert (join.registered, join.workflow_state) == (5, PayloadState.PROCESSING)

@@ -348,9 +348,12 @@ def test_racing_counts_and_the_last_chunk_decide_the_join_exactly_once(
     url = manifest(harness, f"manifests/race-{seed}.jsonl", [payload(i) for i in items])
     join_id = f"race-{seed}"
     harness.send(join_body(join_id, [], payloads_url=url))
+    # (the join message sent both later chunks' messages itself: chunks of 2)
     chunks = harness.queued()
+    assert [chunk["join_chunk"]["index"] for chunk in chunks] == [1, 2]
     harness.send(chunks[0], message_id="c1")
-    last = harness.queued()
+    assert harness.queued() == []
+    last = chunks[1:]
     decided: list[bool] = []
     real = DependencyTable.decide_join
 

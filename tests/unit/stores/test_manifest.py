@@ -321,3 +321,46 @@ def test_errors_past_offset_zero_name_the_byte(s3: Any) -> None:
 def test_bad_arguments(s3: Any, offset: int, limit: int) -> None:
     with pytest.raises(ValueError, match="must"):
         ManifestReader(s3).read(f"s3://{BUCKET}/m", offset=offset, limit=limit)
+
+
+# Where every chunk starts, in one pass
+
+
+@pytest.mark.parametrize("body", [array_body, lines_body], ids=["array", "lines"])
+@pytest.mark.parametrize("block_bytes", [1, 3, BLOCK_BYTES])
+def test_chunk_starts_are_the_offsets_slice_by_slice_reading_hands_out(
+    s3: Any, body: Any, block_bytes: int
+) -> None:
+    url = put(s3, "m", body(ENTRIES))
+    reader = ManifestReader(s3, block_bytes=block_bytes)
+    for limit in range(1, len(ENTRIES) + 1):
+        slices = read_all(reader, url, limit)
+        if len(slices) == 1:
+            continue  # one chunk: nothing to fan out
+        # WHEN the starts are found from the second slice's offset in one read
+        got = reader.chunk_starts(url, offset=slices[0].next_offset, limit=limit)
+        # THEN they are the offsets of every slice after the first, as read() hands them out
+        assert got == [part.next_offset for part in slices[:-1]]
+        assert len(got) == -(-len(ENTRIES) // limit) - 1
+
+
+def test_chunk_starts_refuse_a_malformed_entry_anywhere_after_the_first_chunk(s3: Any) -> None:
+    lines = [json.dumps(entry, ensure_ascii=False) for entry in ENTRIES]
+    lines[-1] = '{"id": "cut short"'
+    url = put(s3, "m", ("\n".join(lines) + "\n").encode())
+    reader = ManifestReader(s3)
+    first = reader.read(url, limit=2)
+    with pytest.raises(InvalidMessageError) as caught:
+        reader.chunk_starts(url, offset=first.next_offset, limit=2)
+    assert_invalid_join(caught)
+
+
+def test_chunk_starts_read_only_the_version_the_join_began_with(s3: Any) -> None:
+    url = put(s3, "m", lines_body(ENTRIES))
+    reader = ManifestReader(s3)
+    first = reader.read(url, limit=2)
+    put(s3, "m", lines_body(list(reversed(ENTRIES))))
+    with pytest.raises(InvalidMessageError) as caught:
+        reader.chunk_starts(url, offset=first.next_offset, limit=2, version=first.version)
+    assert_invalid_join(caught)
+    assert "changed" in caught.value.reason

@@ -1,18 +1,26 @@
-"""Registering a join's members, a bounded chunk per invocation.
+"""Registering a join's members, a bounded chunk per invocation, fanned out in one hop.
 
 A join message creates the join row and registers its first chunk of at most
-``join_chunk_size`` members; when more follow, it sends a ``join_chunk``
-message to the process queue naming the member list (a manifest, or the
-inline list written to the payload bucket) and the byte offset where the next
-chunk starts. Each chunk, in its own invocation:
+``join_chunk_size`` members. When more follow, that same invocation finds where
+every later chunk starts (one streamed read of the manifest, or the inline list
+written to the payload bucket) and sends each chunk's ``join_chunk`` message
+itself, ten to a ``SendMessageBatch``, before it registers the first chunk.
+No chunk sends another: however long the list, a join is two hops of the same
+function (message, then chunks), far below the chain Lambda's recursive-loop
+detection stops (16 invocations), and chunks run side by side. Each chunk, in
+its own invocation:
 
 1. stops if the join is decided or the chunk was registered before;
-2. sends the next chunk's message first, so chunks overlap;
-3. writes its members' membership rows (conditional puts: an earlier chunk's
+2. writes its members' membership rows (conditional puts: an earlier chunk's
    row marks a duplicate), *then* reads their states (ordering rule) and
    starts, replays or leaves each member, as a single wait does;
-4. records itself and adds its members to the join row in one transaction,
-   exactly once; the last chunk makes ``n`` known and checks the decision.
+3. records itself and adds its members to the join row in one transaction,
+   exactly once; whichever chunk is recorded last (the last in the list makes
+   the number of chunks known) makes ``n`` known and checks the decision.
+
+A ``join_chunk`` message without ``chunks`` comes from the older chained
+registration (each chunk sent the next): such a chunk still sends the next, so
+a join in flight across an upgrade finishes.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from dependency_tracker.errors import InvalidMessageError
 from dependency_tracker.flows.joins.counting import decide_if_settled
+from dependency_tracker.limits import SQS_MAX_BATCH_ENTRIES
 from dependency_tracker.models import (
     JOIN_ROW_KEY,
     ChunkItem,
@@ -203,7 +212,15 @@ class JoinRegistration:
             self._finish_begun(join, chunk.index)
             self._invalid(join, exc.reason)
             return True
-        return self._run(join, chunk.index, payloads, rest, message.message_id, checked=True)
+        return self._run(
+            join,
+            chunk.index,
+            payloads,
+            rest,
+            message.message_id,
+            checked=True,
+            chained=chunk.chunks is None,
+        )
 
     # ------------------------------------------------------------------ steps
 
@@ -285,20 +302,47 @@ class JoinRegistration:
         message_id: str | None,
         *,
         checked: bool = False,
+        chained: bool = False,
     ) -> bool:
-        while True:
-            if not checked and self._stopped(join, index):
-                # A redelivered join refused as a cycle is still a refusal.
-                return join.error != DependencyError.CYCLE
-            checked = False
-            if rest is not None and self._continues():
-                self._send_next(join.join_id, index + 1, rest)
+        """Register chunk ``index``; the first one sends every later chunk's message first.
+
+        ``chained``: a chunk of the older chained registration, which sends the next.
+        """
+        if not checked and self._stopped(join, index):
+            # A redelivered join refused as a cycle is still a refusal.
+            return join.error != DependencyError.CYCLE
+        if rest is not None and self._continues():
+            if chained:
+                self._send_chunks(join, index + 1, [rest], chunks=None)
                 return self._register(join, index, payloads, last=False, message_id=message_id)
+            if index == 0:
+                try:
+                    starts = self._chunk_starts(join, rest)
+                except InvalidMessageError as exc:
+                    if exc.retryable:
+                        raise
+                    # A later entry is malformed or the list changed: no member runs.
+                    self._invalid(join, exc.reason)
+                    return True
+                self._send_chunks(join, 1, starts, chunks=len(starts) + 1)
+            # A fanned-out chunk is last when the list ends with it, whatever order they run in.
+            return self._register(join, index, payloads, last=False, message_id=message_id)
+        return self._register_here(join, index, payloads, rest, message_id)
+
+    def _register_here(
+        self,
+        join: JoinItem,
+        index: int,
+        payloads: list[ProcessPayload],
+        rest: Position | None,
+        message_id: str | None,
+    ) -> bool:
+        """Register this chunk and, with no queue to carry on through, every later one here."""
+        while True:
             if not self._register(join, index, payloads, last=rest is None, message_id=message_id):
                 return False
             if rest is None:
                 return True
-            # No queue to carry on through: read and register the next chunk here.
             index += 1
             try:
                 payloads, rest = self._read(join, index, rest)
@@ -307,6 +351,21 @@ class JoinRegistration:
                     raise
                 self._invalid(join, exc.reason)
                 return True
+            if self._stopped(join, index):
+                return join.error != DependencyError.CYCLE
+
+    def _chunk_starts(self, join: JoinItem, rest: Position) -> list[Position]:
+        """Where each chunk after the first starts: one pass over the rest of the list."""
+        if self._manifests is None:
+            self._manifests = ManifestReader(self._bucket.client)
+        try:
+            offsets = self._manifests.chunk_starts(
+                rest.url, offset=rest.offset, limit=self.chunk_size, version=rest.version
+            )
+        except InvalidMessageError as exc:
+            exc.task_token = exc.task_token or join.task_token
+            raise
+        return [Position(rest.url, offset, rest.version) for offset in offsets]
 
     def _stopped(self, join: JoinItem, index: int) -> bool:
         """True when chunk ``index`` has nothing left to do.
@@ -319,6 +378,9 @@ class JoinRegistration:
         chunk = self.joins.chunk(join.join_id, index)
         if chunk is not None and chunk.recorded:
             logger.info("chunk already registered", extra={"chunk": index})
+            if join.total is None and join.workflow_state is PayloadState.PROCESSING:
+                # Its delivery may have died between recording it and checking the decision.
+                self._check_decision(join.join_id)
             return True
         if join.workflow_state is not PayloadState.PROCESSING and chunk is None:
             logger.info("join already decided: chunk not registered", extra={"chunk": index})
@@ -326,21 +388,60 @@ class JoinRegistration:
             return True
         return False
 
-    def _send_next(self, join_id: str, index: int, rest: Position) -> None:
+    def _send_chunks(
+        self, join: JoinItem, first: int, starts: list[Position], *, chunks: int | None
+    ) -> None:
+        """Send the ``join_chunk`` messages of chunks ``first``, ``first + 1``, ... (10 a call).
+
+        A redelivered join message sends them again: each chunk is idempotent.
+        """
         if self._sqs is None or self._queue_url is None:
             msg = "a join can only continue through the process queue"
             raise RuntimeError(msg)
-        chunk = JoinChunk(
-            join_id=join_id,
-            index=index,
-            offset=rest.offset,
-            payloads_url=rest.url,
-            etag=rest.version.etag if rest.version else None,
-            version_id=rest.version.version_id if rest.version else None,
+        bodies = [
+            json.dumps(
+                {
+                    "join_chunk": JoinChunk(
+                        join_id=join.join_id,
+                        index=first + number,
+                        offset=start.offset,
+                        payloads_url=start.url,
+                        etag=start.version.etag if start.version else None,
+                        version_id=start.version.version_id if start.version else None,
+                        chunks=chunks,
+                    ).model_dump(exclude_none=True)
+                }
+            )
+            for number, start in enumerate(starts)
+        ]
+        for batch_start in range(0, len(bodies), SQS_MAX_BATCH_ENTRIES):
+            batch = bodies[batch_start : batch_start + SQS_MAX_BATCH_ENTRIES]
+            entries = {str(batch_start + number): body for number, body in enumerate(batch)}
+            self._send_batch(self._sqs, self._queue_url, entries)
+        logger.info(
+            "join chunks sent",
+            extra={"first_chunk": first, "sent": len(bodies), "chunks": chunks},
         )
-        body = {"join_chunk": chunk.model_dump(exclude_none=True)}
-        self._sqs.send_message(QueueUrl=self._queue_url, MessageBody=json.dumps(body))
-        logger.info("join continues", extra={"next_chunk": index, "offset": rest.offset})
+        metrics.add_metric(name="JoinChunksSent", unit=MetricUnit.Count, value=len(bodies))
+
+    @staticmethod
+    def _send_batch(sqs: SQSClient, queue_url: str, entries: dict[str, str]) -> None:
+        """One ``SendMessageBatch``; entries SQS failed are sent again once, then it raises."""
+        pending = entries
+        for attempt in range(2):
+            response = sqs.send_message_batch(
+                QueueUrl=queue_url,
+                Entries=[{"Id": key, "MessageBody": body} for key, body in pending.items()],
+            )
+            failed = response.get("Failed", [])
+            if not failed:
+                return
+            pending = {item["Id"]: entries[item["Id"]] for item in failed}
+            if attempt == 1 or any(item.get("SenderFault") for item in failed):
+                reasons = sorted({str(item.get("Code")) for item in failed})
+                msg = f"{len(failed)} join_chunk message(s) not sent: {', '.join(reasons)}"
+                # Retried with the whole join message: every chunk sent again is idempotent.
+                raise RuntimeError(msg)
 
     def _register(
         self,
@@ -422,8 +523,10 @@ class JoinRegistration:
             extra={"chunk": index, "members": len(own), "last": last, "actions": actions},
         )
         metrics.add_metric(name="JoinChunksRegistered", unit=MetricUnit.Count, value=1)
-        if last and join.total is None:
-            # n is known only now; with n known from the start, the counts decide alone.
+        if join.total is None and (last or recorded):
+            # n is known once every chunk is recorded, by whichever is recorded last: each
+            # reads the join row after its own transaction (the ordering rule). With n known
+            # from the start, the counts decide alone.
             self._check_decision(join.join_id)
         return True
 
