@@ -19,6 +19,7 @@ ENV_WAITER_RETENTION_DAYS = "DEPTRACK_WAITER_RETENTION_DAYS"
 ENV_PAYLOAD_BUCKET = "DEPTRACK_PAYLOAD_BUCKET"
 ENV_CLAIM_LEASE_SECONDS = "DEPTRACK_CLAIM_LEASE_SECONDS"
 ENV_PROCESS_QUEUE_URL = "DEPTRACK_PROCESS_QUEUE_URL"
+ENV_JOIN_QUEUE_URL = "DEPTRACK_JOIN_QUEUE_URL"
 ENV_CYCLE_DEPTH = "DEPTRACK_CYCLE_DEPTH"
 ENV_JOIN_CHUNK_SIZE = "DEPTRACK_JOIN_CHUNK_SIZE"
 # The process queue's maxReceiveCount (template: ProcessMaxReceiveCount), read by the
@@ -67,7 +68,10 @@ class Settings(BaseModel, frozen=True):
         cycle_depth: Longest wait cycle refused with ``DependencyCycle``, counted in
             payloads (A waits on B waits on A is 2); 0 turns the check off.
         join_chunk_size: Members of a join registered (and started) per
-            invocation; the rest continue through the process queue.
+            invocation; the rest continue through the join queue.
+        join_queue_url: Where a join's ``join_chunk`` messages are sent: a queue
+            whose trigger hands the process function one message at a time, so an
+            invocation registers one chunk (the process queue when unset).
         process_max_receive_count: The process queue's ``maxReceiveCount``. A
             message failing on that receive (its last before the DLQ) has its
             parent answered first; None turns that rule off, so such a parent
@@ -88,6 +92,7 @@ class Settings(BaseModel, frozen=True):
     payload_bucket: str | None = None
     claim_lease_seconds: int = Field(default=86_400, ge=1)
     process_queue_url: str | None = None
+    join_queue_url: str | None = None
     cycle_depth: int = Field(default=DEFAULT_CYCLE_DEPTH, ge=0)
     join_chunk_size: int = Field(default=DEFAULT_JOIN_CHUNK_SIZE, ge=1, le=MAX_JOIN_CHUNK_SIZE)
     process_max_receive_count: int | None = Field(default=None, ge=1)
@@ -123,6 +128,7 @@ class Settings(BaseModel, frozen=True):
             "prefix": os.getenv(ENV_PREFIX) or DEFAULT_PREFIX,
             "payload_bucket": os.getenv(ENV_PAYLOAD_BUCKET) or None,
             "process_queue_url": os.getenv(ENV_PROCESS_QUEUE_URL) or None,
+            "join_queue_url": os.getenv(ENV_JOIN_QUEUE_URL) or None,
             "cirrus_state_table": os.getenv(ENV_CIRRUS_STATE_TABLE) or None,
             "cirrus_process_queue_url": os.getenv(ENV_CIRRUS_PROCESS_QUEUE_URL) or None,
             "cirrus_payload_bucket": os.getenv(ENV_CIRRUS_PAYLOAD_BUCKET) or None,

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import hashlib
 
+# What Step Functions answers a send or heartbeat on a task that has closed (answered, timed
+# out, its execution stopped) or never existed: the parent is gone, nothing is left to tell.
+PARENT_GONE_CODES = frozenset({"TaskTimedOut", "InvalidToken", "TaskDoesNotExist"})
+
 
 def token_hash(task_token: str) -> str:
     """Stable SHA-256 hex digest of a task token."""

@@ -47,6 +47,7 @@ from dependency_tracker.models.outputs import (
 from dependency_tracker.observability import logger, metrics, redact_token
 from dependency_tracker.stores import DependencyTable, PayloadBucket
 from dependency_tracker.stores.joins import JoinStore
+from dependency_tracker.tokens import PARENT_GONE_CODES
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -56,7 +57,6 @@ if TYPE_CHECKING:
     from dependency_tracker.settings import Settings
 
 # The parent finished, timed out or was already resumed: nobody to tell.
-PARENT_GONE_CODES = frozenset({"TaskTimedOut", "InvalidToken", "TaskDoesNotExist"})
 
 
 @unique
@@ -185,6 +185,8 @@ class CallbackFlow:
             row.waiter_id,
             outcome=outcome,
             retention_days=self.settings.waiter_retention_days,
+            # The token told: a join adopted by a retried parent meanwhile is told again.
+            task_token=row.task_token if isinstance(row, JoinItem) else None,
         )
 
     def _send_waiter(

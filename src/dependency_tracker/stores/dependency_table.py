@@ -301,14 +301,28 @@ class DependencyTable:
         )
 
     def mark_notified(
-        self, payload_id: str, waiter_id: str, *, outcome: str, retention_days: int
+        self,
+        payload_id: str,
+        waiter_id: str,
+        *,
+        outcome: str,
+        retention_days: int,
+        task_token: str | None = None,
     ) -> bool:
         """Record that the parent was told (or is gone) and let the row expire.
 
-        Returns False when the row was already marked (a duplicate delivery).
+        With ``task_token``, only if the row still holds that token: a join handed
+        to a retried parent's new token meanwhile stays un-notified, for that one.
+        Returns False when the row was already marked (a duplicate delivery) or
+        holds another token.
         """
         now = utcnow()
         expires = int((now + timedelta(days=retention_days)).timestamp())
+        condition = "attribute_exists(waiter_id) AND attribute_not_exists(notified_at)"
+        extra: dict[str, object] = {}
+        if task_token is not None:
+            condition += " AND task_token = :token"
+            extra["token"] = task_token
         return (
             update_if(
                 self._client,
@@ -318,10 +332,10 @@ class DependencyTable:
                     "SET notified_at = :now, notify_outcome = :outcome, "
                     "expiration_time = :expires, updated_at = :now"
                 ),
-                ConditionExpression=(
-                    "attribute_exists(waiter_id) AND attribute_not_exists(notified_at)"
+                ConditionExpression=condition,
+                ExpressionAttributeValues=values(
+                    now=now, outcome=outcome, expires=expires, **extra
                 ),
-                ExpressionAttributeValues=values(now=now, outcome=outcome, expires=expires),
             )
             is not None
         )

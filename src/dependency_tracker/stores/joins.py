@@ -206,6 +206,28 @@ class JoinStore:
             if not is_conditional_failure(exc):
                 raise
 
+    def adopt(self, join_id: str, *, old_token: str, new_token: str) -> bool:
+        """Hand the join to ``new_token`` if ``old_token`` still owns it; False otherwise.
+
+        ``notified_at`` is removed: a join decided while its parent was gone is
+        told again, to the new token (the row turns un-notified on the stream).
+        """
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=key_attributes(payload_id=join_partition_for(join_id), waiter_id=JOIN_ROW_KEY),
+                UpdateExpression=(
+                    "SET task_token = :new, updated_at = :now REMOVE notified_at, notify_outcome"
+                ),
+                ConditionExpression="attribute_exists(join_id) AND task_token = :old",
+                ExpressionAttributeValues=values(new=new_token, old=old_token, now=utcnow()),
+            )
+        except ClientError as exc:
+            if not is_conditional_failure(exc):
+                raise
+            return False
+        return True
+
     # ---------------------------------------------------------------- counting
 
     def count(self, member: MembershipItem, resolution: Resolution, *, retention_days: int) -> bool:

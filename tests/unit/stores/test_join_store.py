@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.exceptions import ClientError
 
-from dependency_tracker.models import MembershipItem, PayloadState, Resolution, utcnow
+from dependency_tracker.models import (
+    JOIN_ROW_KEY,
+    JoinItem,
+    MembershipItem,
+    PayloadState,
+    Resolution,
+    join_partition_for,
+    utcnow,
+)
 from dependency_tracker.stores.joins import MAX_CONFLICT_RETRIES, JoinStore
 
 if TYPE_CHECKING:
@@ -78,3 +86,58 @@ def test_throttling_is_not_retried_here(aws: Aws) -> None:
     with pytest.raises(ClientError, match="slow down"):
         store.count(member(aws), Resolution(state=PayloadState.SUCCEEDED), retention_days=7)
     assert flaky.calls == 1
+
+
+def decided_join(aws: Aws, store: JoinStore, token: str) -> None:
+    now = utcnow()
+    row = JoinItem(
+        payload_id=join_partition_for("adopt"),
+        waiter_id=JOIN_ROW_KEY,
+        join_id="adopt",
+        task_token=token,
+        created_at=now,
+        updated_at=now,
+    )
+    assert store.create(row)
+    aws.dependencies.decide_join("adopt", PayloadState.SUCCEEDED)
+
+
+def test_a_join_passes_to_a_new_token_only_from_the_token_that_holds_it(aws: Aws) -> None:
+    store = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    decided_join(aws, store, "first")
+    assert not store.adopt("adopt", old_token="someone-else", new_token="second")
+    assert store.adopt("adopt", old_token="first", new_token="second")
+    join = store.get("adopt")
+    assert join is not None
+    assert join.task_token == "second"
+
+
+def test_a_join_told_to_a_token_it_no_longer_holds_stays_untold(aws: Aws) -> None:
+    # GIVEN a decided join whose callback read the first token, then the join was adopted
+    store = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    decided_join(aws, store, "first")
+    key = (join_partition_for("adopt"), JOIN_ROW_KEY)
+    assert store.adopt("adopt", old_token="first", new_token="second")
+    # WHEN the callback marks the row told, for the token it told
+    told = aws.dependencies.mark_notified(
+        *key, outcome="PARENT_GONE", retention_days=1, task_token="first"
+    )
+    # THEN the row stays un-notified: the adoption's stream record tells the new token
+    assert not told
+    row = aws.dependencies.get_row(*key)
+    assert row is not None
+    assert row.notified_at is None
+    assert aws.dependencies.mark_notified(
+        *key, outcome="SENT", retention_days=1, task_token="second"
+    )
+
+
+def test_adopting_a_join_told_already_makes_it_untold_for_the_new_token(aws: Aws) -> None:
+    store = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    decided_join(aws, store, "first")
+    key = (join_partition_for("adopt"), JOIN_ROW_KEY)
+    assert aws.dependencies.mark_notified(*key, outcome="PARENT_GONE", retention_days=1)
+    assert store.adopt("adopt", old_token="first", new_token="second")
+    row = aws.dependencies.get_row(*key)
+    assert row is not None
+    assert (row.notified_at, row.workflow_state) == (None, PayloadState.SUCCEEDED)

@@ -30,8 +30,10 @@ import json
 from typing import TYPE_CHECKING, Protocol
 
 from aws_lambda_powertools.metrics import MetricUnit
+from botocore.exceptions import ClientError
 
 from dependency_tracker.errors import InvalidMessageError
+from dependency_tracker.flows.backoff import error_code
 from dependency_tracker.flows.joins.counting import decide_if_settled
 from dependency_tracker.limits import SQS_MAX_BATCH_ENTRIES
 from dependency_tracker.models import (
@@ -57,10 +59,11 @@ from dependency_tracker.stores.manifest import (
     changed_cause,
     manifest_text,
 )
-from dependency_tracker.tokens import token_hash
+from dependency_tracker.tokens import PARENT_GONE_CODES, token_hash
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_stepfunctions import SFNClient
 
     from dependency_tracker.flows.cycles import Cycle, CycleGuard
     from dependency_tracker.models import PayloadStateItem, ProcessPayload
@@ -122,6 +125,7 @@ class JoinRegistration:
         chunk_size: int,
         sqs: SQSClient | None,
         queue_url: str | None,
+        sfn: SFNClient | None = None,
     ) -> None:
         self.joins = joins
         self.dependencies = dependencies
@@ -133,6 +137,7 @@ class JoinRegistration:
         self.chunk_size = chunk_size
         self._sqs = sqs
         self._queue_url = queue_url
+        self._sfn = sfn  # to tell whether a join's parent still waits (adoption)
 
     # ------------------------------------------------------------------ entry
 
@@ -168,10 +173,13 @@ class JoinRegistration:
         if not fresh:
             existing = self.joins.get(join_id)
             if existing is not None and existing.task_token != token:
+                existing = self._adopted(existing, row, payloads)
+            if existing is not None and existing.task_token != token:
                 raise InvalidMessageError(
                     f"join_id {join_id!r} is already used by another task token (a join_id"
-                    " belongs to the first parent that sends it; a retried or redriven"
-                    " parent sends a new token: give each attempt its own join_id)",
+                    " belongs to the first parent that sends it, and passes to a new token"
+                    " only when that parent's task has closed and the same execution sends"
+                    " the same join again: give each wait its own join_id)",
                     task_token=token,
                     error_name=DependencyError.INVALID_JOIN,
                 )
@@ -184,6 +192,59 @@ class JoinRegistration:
             row = existing or row  # a redelivery: carry on, every step is idempotent
         # A join created just now has no chunk and no decision yet: nothing to check.
         return self._run(row, 0, payloads, rest, message.message_id, checked=fresh)
+
+    def _adopted(
+        self, existing: JoinItem, row: JoinItem, payloads: list[ProcessPayload]
+    ) -> JoinItem | None:
+        """The join handed to ``row``'s token when it is its own parent's retry; else unchanged.
+
+        A Step Functions ``Retry`` of a ``sendMessage.waitForTaskToken`` task whose
+        first send was delivered (the error came after it) sends the same join with
+        a new token. It is the same wait when the same execution sends the same
+        join (quorum, total, member list) and the first token's task has closed
+        (``SendTaskHeartbeat`` answers ``TaskTimedOut``): the new token takes the
+        join over. Anything else keeps the join with its owner.
+        """
+        same = (
+            existing.parent_execution is not None
+            and existing.parent_execution == row.parent_execution
+            and (existing.quorum, existing.total) == (row.quorum, row.total)
+            and existing.source_etag == row.source_etag
+            and (existing.source == row.source or self._both_inline(existing.source, row.source))
+            and self._same_first_chunk(existing, payloads)
+        )
+        if not same or self._sfn is None or self._task_open(existing.task_token):
+            return existing
+        adopted = self.joins.adopt(
+            existing.join_id, old_token=existing.task_token, new_token=row.task_token
+        )
+        if adopted:
+            logger.warning(
+                "join adopted: its parent's task closed and the same execution sent it again",
+                extra={"previous_token_hash": redact_token(existing.task_token)},
+            )
+            metrics.add_metric(name="JoinsAdopted", unit=MetricUnit.Count, value=1)
+        return self.joins.get(existing.join_id)
+
+    def _both_inline(self, first: str | None, second: str | None) -> bool:
+        """Both lists are inline lists the tracker wrote (under each token's own key)."""
+        inline = f"s3://{self._bucket.bucket_name}/{JOIN_MEMBERS_PREFIX}/"
+        return all(url is not None and url.startswith(inline) for url in (first, second))
+
+    def _same_first_chunk(self, existing: JoinItem, payloads: list[ProcessPayload]) -> bool:
+        chunk = self.joins.chunk(existing.join_id, 0)
+        return chunk is None or set(chunk.members) == {payload.id for payload in payloads}
+
+    def _task_open(self, token: str) -> bool:
+        """Whether a parent still waits on ``token`` (a heartbeat is refused once it closed)."""
+        assert self._sfn is not None  # noqa: S101  (callers check)
+        try:
+            self._sfn.send_task_heartbeat(taskToken=token)
+        except ClientError as exc:
+            if error_code(exc) in PARENT_GONE_CODES:
+                return False
+            raise
+        return True
 
     def resume(self, message: JoinChunkMessage) -> bool:
         """Register chunk ``index`` of a join from its member list; False if refused.
