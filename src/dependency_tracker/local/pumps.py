@@ -8,11 +8,18 @@ looks inside a payload or decides anything about one: that is the handlers' job.
 ``pump_once()`` does one round and returns how much it delivered, so tests can
 drive a pump step by step; :class:`~dependency_tracker.local.runner.PumpRunner`
 runs them in threads.
+
+Each pump also plays Lambda's part in the platform model
+(:mod:`dependency_tracker.local.platform`, on unless ``DEPTRACK_PLATFORM=0``): every
+invocation runs in a chain's lineage, and the SQS pump stops a record whose chain
+would invoke its function a 17th time, and holds the trigger's maximum concurrency.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -23,6 +30,7 @@ from typing import Any, Protocol
 from dependency_tracker.filters import CALLBACK_STREAM_FILTER, matches
 from dependency_tracker.local.context import LocalContext
 from dependency_tracker.local.events import sqs_event, status_change_event, stream_record
+from dependency_tracker.local.platform import PlatformModel, default_model, invocation
 
 Handler = Callable[[dict[str, Any], Any], Any]
 _log = logging.getLogger(__name__)
@@ -44,6 +52,13 @@ def _failed_ids(response: Any) -> set[str]:
     return {str(item["itemIdentifier"]) for item in response.get("batchItemFailures", [])}
 
 
+def _new_chain(
+    platform: PlatformModel | None, function: str
+) -> contextlib.AbstractContextManager[None]:
+    """An invocation by a source outside Lambda's chains (EventBridge, a stream): a new one."""
+    return contextlib.nullcontext() if platform is None else invocation(platform.start(function))
+
+
 @dataclass
 class SqsPump:
     """SQS event source mapping: batches of up to 10, partial batch failures.
@@ -51,6 +66,14 @@ class SqsPump:
     A failed record is not deleted: it becomes visible again after the
     queue's visibility timeout and, past ``maxReceiveCount``, SQS moves it to
     the DLQ (the queue's redrive policy), exactly as with Lambda.
+
+    With ``platform`` (the default unless ``DEPTRACK_PLATFORM=0``) a record
+    whose chain already invoked ``function_name`` 16 times is not delivered and
+    not deleted, so the redrive policy takes it to the DLQ (Lambda's recursive
+    loop detection); the handler runs in the batch's lineage. With
+    ``maximum_concurrency`` (the trigger's ``ScalingConfig.MaximumConcurrency``)
+    no more than that many rounds run at once: one more finds the mapping at
+    its limit and receives nothing, leaving the messages on the queue.
     """
 
     sqs: Any
@@ -61,9 +84,32 @@ class SqsPump:
     function_name: str = "process"
     batch_size: int = 10
     name: str = "sqs"
+    platform: PlatformModel | None = field(default_factory=default_model)
+    maximum_concurrency: int | None = None
+    peak_concurrency: int = 0
+    _running: int = 0
+    _slots: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def pump_once(self) -> int:
         """Receive one batch, invoke the handler, delete what succeeded."""
+        if not self._enter():
+            return 0
+        try:
+            return self._round()
+        finally:
+            with self._slots:
+                self._running -= 1
+
+    def _enter(self) -> bool:
+        """Take a concurrency slot; False when the trigger is at its maximum."""
+        with self._slots:
+            if self.maximum_concurrency is not None and self._running >= self.maximum_concurrency:
+                return False
+            self._running += 1
+            self.peak_concurrency = max(self.peak_concurrency, self._running)
+            return True
+
+    def _round(self) -> int:
         received = self.sqs.receive_message(
             QueueUrl=self.queue_url,
             MaxNumberOfMessages=self.batch_size,
@@ -73,13 +119,21 @@ class SqsPump:
         ).get("Messages", [])
         if not received:
             return 0
-        event = sqs_event(received, queue_arn=self.queue_arn, region=self.region)
+        admitted = received
+        chain: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        if self.platform is not None:
+            admitted, lineage = self.platform.admit(self.function_name, received)
+            chain = invocation(lineage)
+        if not admitted:  # every record stopped: left on the queue for its redrive policy
+            return len(received)
+        event = sqs_event(admitted, queue_arn=self.queue_arn, region=self.region)
         try:
-            failed = _failed_ids(self.handler(event, LocalContext(self.function_name)))
+            with chain:
+                failed = _failed_ids(self.handler(event, LocalContext(self.function_name)))
         except Exception:  # noqa: BLE001  (a crashed invocation fails the whole batch, as in Lambda)
             _log.exception("%s handler crashed; the batch will be redelivered", self.function_name)
             return len(received)
-        done = [m for m in received if m["MessageId"] not in failed]
+        done = [m for m in admitted if m["MessageId"] not in failed]
         if done:
             self.sqs.delete_message_batch(
                 QueueUrl=self.queue_url,
@@ -109,6 +163,7 @@ class ExecutionPump:
     function_name: str = "update-state"
     retry_attempts: int = 3
     name: str = "executions"
+    platform: PlatformModel | None = field(default_factory=default_model)
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
     _delivered: set[str] = field(default_factory=set)
     _failures: dict[str, int] = field(default_factory=dict)
@@ -129,7 +184,8 @@ class ExecutionPump:
 
     def _deliver(self, arn: str, event: dict[str, Any]) -> None:
         try:
-            self.handler(event, LocalContext(self.function_name))
+            with _new_chain(self.platform, self.function_name):
+                self.handler(event, LocalContext(self.function_name))
         except Exception:  # noqa: BLE001  (EventBridge retries any failed invocation)
             attempts = self._failures.get(arn, 0) + 1
             self._failures[arn] = attempts
@@ -179,6 +235,7 @@ class StreamPump:
     batch_size: int = 100
     max_retries: int = 3
     name: str = "stream"
+    platform: PlatformModel | None = field(default_factory=default_model)
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
     _iterators: dict[str, str | None] = field(default_factory=dict)
     _pending: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -211,7 +268,8 @@ class StreamPump:
     def _invoke(self, batch: list[dict[str, Any]]) -> int | None:
         """Index of the first failed record, or None if the whole batch succeeded."""
         try:
-            response = self.handler({"Records": batch}, LocalContext(self.function_name))
+            with _new_chain(self.platform, self.function_name):
+                response = self.handler({"Records": batch}, LocalContext(self.function_name))
         except Exception:  # noqa: BLE001  (a crashed invocation retries the whole batch)
             _log.exception("%s handler crashed; retrying the batch", self.function_name)
             return 0
@@ -275,6 +333,7 @@ class SchedulePump:
     timeout_seconds: int = 120
     name: str = "sweeper"
     clock: Callable[[], float] = time.monotonic
+    platform: PlatformModel | None = field(default_factory=default_model)
     invocations: int = 0
     failures: int = 0
     _next: float | None = None
@@ -304,4 +363,5 @@ class SchedulePump:
         self.invocations += 1
         event = scheduled_event(rule_arn=self.rule_arn, region=self.region, account=self.account)
         context = LocalContext(self.function_name, timeout_seconds=self.timeout_seconds)
-        return self.handler(event, context)
+        with _new_chain(self.platform, self.function_name):
+            return self.handler(event, context)

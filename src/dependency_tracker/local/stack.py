@@ -20,6 +20,7 @@ from moto import mock_aws
 
 from dependency_tracker import clients, definitions, limits, settings
 from dependency_tracker.handlers import callback, cirrus_events, process, sweeper, update_state
+from dependency_tracker.local import platform as platform_model
 from dependency_tracker.local.moto_costs import aws_like_costs
 from dependency_tracker.local.pumps import (
     ExecutionPump,
@@ -74,6 +75,17 @@ class EmbeddedStack:
     process, such as a user's own pipeline tests. Queues are
     created with a ``MaximumMessageSize`` of 256 KiB, as the template's.
 
+    With ``platform`` (the default, unless ``DEPTRACK_PLATFORM=0``) the stack
+    also models Lambda's own guards (:mod:`dependency_tracker.local.platform`,
+    ``docs/local.md``): start refuses a ``template.yaml`` whose reserved
+    concurrency an account of ``account_concurrency`` (a new account's 10 by
+    default) cannot grant, or whose SQS trigger's maximum concurrency is out of
+    range; the process pump holds that maximum concurrency; and a record whose
+    chain of events would invoke the same function a 17th time is not delivered
+    (recursive-loop detection, each function's ``RecursiveLoop`` as the
+    template sets it): it reaches its queue's DLQ, and ``platform.stopped``
+    lists it.
+
     The sweeper runs every ``sweeper_interval`` seconds (None: never on its
     own) and once on demand with :meth:`sweep_once`; ``sweeper_min_age_seconds``
     overrides how long it leaves a terminal row to the stream (the deployed
@@ -108,6 +120,8 @@ class EmbeddedStack:
         port: int | None = None,
         host: str = "127.0.0.1",
         strict: bool | None = None,
+        platform: bool | None = None,
+        account_concurrency: int = platform_model.NEW_ACCOUNT_CONCURRENCY,
         sweeper_interval: float | None = DEFAULT_SWEEPER_INTERVAL_SECONDS,
         sweeper_min_age_seconds: int | None = None,
         cirrus: bool | str = False,
@@ -132,6 +146,11 @@ class EmbeddedStack:
         self._port = port
         self._host = host
         self.strict = strict_wanted() if strict is None else strict
+        self._platform_wanted = platform_model.wanted() if platform is None else platform
+        self._account_concurrency = account_concurrency
+        # The model of the stack once started (None before, or with the model off).
+        self.platform: platform_model.PlatformModel | None = None
+        self._process_maximum_concurrency: int | None = None
         self._sweeper_interval = sweeper_interval
         self._sweeper_min_age_seconds = sweeper_min_age_seconds
         self._strict_block: contextlib.ExitStack | None = None
@@ -205,6 +224,7 @@ class EmbeddedStack:
         if self.strict:
             self._strict_block.enter_context(strict_limits())
         try:
+            self._model_platform()
             self._start_moto()
             self._create(names)
             # Known only once the queue exists; read by update-state to chain steps.
@@ -317,6 +337,27 @@ class EmbeddedStack:
             "StatusReportQueueName": f"{self.prefix}-status-reports",
             "StatusReportDlqName": f"{self.prefix}-status-reports-dlq",
         }
+
+    def _model_platform(self) -> None:
+        """Check the template as a new account's Lambda would, and build the model.
+
+        Outside a checkout (the package installed without ``template.yaml``) only
+        the recursion limit is modelled, with every function on ``Terminate``.
+        """
+        if not self._platform_wanted:
+            return
+        path = platform_model.TEMPLATE_PATH
+        parameters = {} if self._cirrus_prefix is None else {"CirrusPrefix": self._cirrus_prefix}
+        functions = (
+            platform_model.template_functions(platform_model.load_template(path), parameters)
+            if path.is_file()
+            else {}
+        )
+        platform_model.check_concurrency(functions, self._account_concurrency)
+        self._process_maximum_concurrency = platform_model.process_maximum_concurrency(functions)
+        self.platform = platform_model.PlatformModel(
+            recursive_loop={f.name: f.recursive_loop for f in functions.values()}
+        )
 
     def _workflow_arn_prefix(self) -> str:
         return f"arn:aws:states:{self.region}:{ACCOUNT}:stateMachine:{self.prefix}-"
@@ -496,6 +537,12 @@ class EmbeddedStack:
                 name="cirrus-events",
             )
             self.pumps.update(self.cirrus.pumps(client=self.client, wrap=invoker.wrap))
+        # One model for every pump (the cirrus ones too), or none with the model off.
+        for pump in [*self.pumps.values(), self._sweeper]:
+            pump.platform = self.platform
+        sqs_pump = self.pumps["sqs"]
+        if isinstance(sqs_pump, SqsPump):
+            sqs_pump.maximum_concurrency = self._process_maximum_concurrency
         pumps: list[Pump] = list(self.pumps.values())
         if self._sweeper_interval is not None:
             self.pumps["sweeper"] = self._sweeper
