@@ -4,8 +4,9 @@ Run ``.venv/bin/python examples/build.py`` after changing the helper or an examp
 here; ``tests/e2e/test_examples.py`` fails while a file differs from what this
 builds, and runs every example on the embedded stack.
 
-Placeholders (``${ProcessQueueUrl}``, ``${WaitForDependenciesStateMachineArn}``) are
-left for your deployment to fill in: SAM's ``DefinitionSubstitutions``
+Placeholders (``${ProcessQueueUrl}``, ``${WaitForDependenciesStateMachineArn}``,
+``${Partition}``, the partition of every service-integration ARN) are left for your
+deployment to fill in: SAM's ``DefinitionSubstitutions``
 (``examples/sam/template.yaml``), CDK's ``definition_substitutions``, or
 ``dependency_tracker.definitions.render``.
 """
@@ -28,6 +29,7 @@ from dependency_tracker.asl import (
 
 HERE = Path(__file__).resolve().parent
 QUEUE_URL = "${ProcessQueueUrl}"
+PARTITION = "${Partition}"
 TIMED_OUT = "DependencyTimedOut"
 
 
@@ -77,6 +79,7 @@ def single_wait() -> dict[str, Any]:
                 result_path="$.waited",
                 timeout_seconds=600,
                 next_state="HasItems",
+                partition=PARTITION,
                 on_error=_same_names(WAIT_ERRORS),
             ),
             "HasItems": {
@@ -133,6 +136,7 @@ def join_quorum() -> dict[str, Any]:
                 result_path="$.joined",
                 timeout_seconds=600,
                 next_state="UseSummary",
+                partition=PARTITION,
                 on_error=_same_names(JOIN_ERRORS),
             ),
             "UseSummary": {
@@ -166,6 +170,7 @@ def join_either_or() -> dict[str, Any]:
                 result_path="$.race",
                 timeout_seconds=600,
                 next_state="UseWinner",
+                partition=PARTITION,
                 on_error=_same_names(JOIN_ERRORS),
             ),
             "UseWinner": {
@@ -201,6 +206,7 @@ def join_manifest() -> dict[str, Any]:
                 result_path="$.joined",
                 timeout_seconds=3600,
                 next_state="UseSummary",
+                partition=PARTITION,
                 on_error=_same_names(JOIN_ERRORS),
             ),
             "UseSummary": {
@@ -235,7 +241,7 @@ def nested() -> dict[str, Any]:
             },
             "WaitForDependencies": {
                 "Type": "Task",
-                "Resource": "arn:aws:states:::states:startExecution.sync:2",
+                "Resource": f"arn:{PARTITION}:states:::states:startExecution.sync:2",
                 "Parameters": {
                     "StateMachineArn": "${WaitForDependenciesStateMachineArn}",
                     # What AWS names an unnamed child; moto names them all "None".

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Aws, Duration, Stack
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct  # noqa: TC002  (as CDK apps import it)
@@ -55,6 +55,8 @@ class ParentStack(Stack):
             payload_path="$.tile",
             result_path="$.waited",
             timeout_seconds=600,
+            # The stack's own partition, resolved at deployment (aws, aws-cn, aws-us-gov).
+            partition=Aws.PARTITION,
             on_error={
                 **{name: name for name in WAIT_ERRORS},
                 CALLBACK_TIMEOUT: "DependencyTimedOut",

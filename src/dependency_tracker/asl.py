@@ -18,7 +18,15 @@ error the wait can end in, so nothing is forgotten when a state is pasted:
   :data:`CALLBACK_TIMEOUT`.
 
 The queue url is given as is: a literal, or a placeholder your deployment
-substitutes (``"${ProcessQueueUrl}"`` with SAM's ``DefinitionSubstitutions``).
+substitutes (``"${ProcessQueueUrl}"`` with SAM's ``DefinitionSubstitutions``); so is
+the partition of the Task's ``Resource`` (``"aws"`` unless given, ``"${Partition}"``
+for a deployment to fill in with ``AWS::Partition``).
+
+Each Task retries the send itself (:func:`send_retry`) when SQS throttles or fails
+it (:data:`SQS_TRANSIENT_ERRORS`), and nothing else: not the tracker's answers,
+not the callback timeout. A retried attempt waits on a new task token; if the
+failed attempt's message was delivered anyway, the tracker's answer to its token
+is refused (``TaskTimedOut``) and dropped as "parent gone".
 The dicts serialise with :func:`json.dumps` into a definition, and fit CDK's
 ``CustomState(self, "Wait", state_json=wait_state(...))``.
 
@@ -29,6 +37,8 @@ Example:
     ... )
     >>> state["Resource"]
     'arn:aws:states:::sqs:sendMessage.waitForTaskToken'
+    >>> state["Retry"][0]["ErrorEquals"]
+    ['SQS.AmazonSQSException', 'SQS.SdkClientException']
     >>> [catcher["ErrorEquals"] for catcher in state["Catch"]]  # doctest: +NORMALIZE_WHITESPACE
     [['DependencyFailed', 'DependencyInvalid', 'DependencyAborted', 'DependencyCycle',
       'States.Timeout']]
@@ -44,6 +54,32 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 SEND_AND_WAIT = "arn:aws:states:::sqs:sendMessage.waitForTaskToken"
+# The ARN above in any partition (aws, aws-cn, aws-us-gov): ``send_and_wait("${Partition}")``.
+_SEND_AND_WAIT = "arn:{partition}:states:::sqs:sendMessage.waitForTaskToken"
+DEFAULT_PARTITION = "aws"
+# What Step Functions names a failed call of its optimized SQS integration: the
+# service refused it (throttling, 5xx: AmazonSQSException) or it never got an answer
+# (network, timeout on the client's side: SdkClientException).
+SQS_TRANSIENT_ERRORS: tuple[str, ...] = ("SQS.AmazonSQSException", "SQS.SdkClientException")
+# The same for its optimized DynamoDB integration: the throttling and 5xx errors by
+# their own names (``DynamoDB.<code>``), AmazonDynamoDBException for those the SDK
+# has no class of its own for (ThrottlingException), SdkClientException as above.
+DYNAMODB_TRANSIENT_ERRORS: tuple[str, ...] = (
+    "DynamoDB.ProvisionedThroughputExceededException",
+    "DynamoDB.ThrottlingException",
+    "DynamoDB.RequestLimitExceeded",
+    "DynamoDB.RequestLimitExceededException",
+    "DynamoDB.InternalServerError",
+    "DynamoDB.InternalServerErrorException",
+    "DynamoDB.AmazonDynamoDBException",
+    "DynamoDB.SdkClientException",
+)
+# Backoff of those retries: about a minute in all at most, jittered so that the
+# iterations of a large Map throttled together do not retry together.
+RETRY_INTERVAL_SECONDS = 1
+RETRY_BACKOFF_RATE = 2
+RETRY_MAX_ATTEMPTS = 6
+RETRY_MAX_DELAY_SECONDS = 20
 # What the Task raises when the tracker did not answer within its callback timeout.
 # The tracker's own parents re-raise it as DependencyTimedOut; yours may do the same.
 CALLBACK_TIMEOUT = "States.Timeout"
@@ -64,6 +100,38 @@ JOIN_ERRORS: tuple[str, ...] = (
 # The catch-all error name: allowed last in ``on_error`` (for your own handling).
 CATCH_ALL = "States.ALL"
 DEFAULT_TIMEOUT_SECONDS = 300
+# Never retried by a wait's Task: the callback timeout (the dependency was too slow; a
+# new attempt would publish it again), and the catch-alls, which take in the tracker's
+# own answers (a SendTaskFailure reaches the parent as a task failure of that name).
+NEVER_RETRIED: frozenset[str] = frozenset(
+    {CALLBACK_TIMEOUT, CATCH_ALL, "States.TaskFailed", "States.HeartbeatTimeout"}
+)
+
+
+def send_and_wait(partition: str = DEFAULT_PARTITION) -> str:
+    """The ``sqs:sendMessage.waitForTaskToken`` resource ARN in ``partition``."""
+    return _SEND_AND_WAIT.format(partition=partition)
+
+
+def send_retry() -> list[dict[str, Any]]:
+    """The ``Retry`` of a Task that sends to SQS: throttling and 5xx only (a fresh list)."""
+    return [_retrier(SQS_TRANSIENT_ERRORS)]
+
+
+def dynamodb_retry() -> list[dict[str, Any]]:
+    """The ``Retry`` of a Task that calls DynamoDB: throttling and 5xx only (a fresh list)."""
+    return [_retrier(DYNAMODB_TRANSIENT_ERRORS)]
+
+
+def _retrier(errors: Sequence[str]) -> dict[str, Any]:
+    return {
+        "ErrorEquals": list(errors),
+        "IntervalSeconds": RETRY_INTERVAL_SECONDS,
+        "BackoffRate": RETRY_BACKOFF_RATE,
+        "MaxAttempts": RETRY_MAX_ATTEMPTS,
+        "MaxDelaySeconds": RETRY_MAX_DELAY_SECONDS,
+        "JitterStrategy": "FULL",
+    }
 
 
 def wait_state(
@@ -78,6 +146,7 @@ def wait_state(
     timeout_seconds_path: str | None = None,
     waiter_payload_id_path: str | None = None,
     comment: str | None = None,
+    partition: str = DEFAULT_PARTITION,
 ) -> dict[str, Any]:
     """The Task state that waits on one dependency payload.
 
@@ -96,6 +165,8 @@ def wait_state(
             the tracker then refuses waits that would close a cycle (``DependencyCycle``)
             and ``dependency-tracker graph`` names the parent by it.
         comment: The state's ``Comment``.
+        partition: The AWS partition of the ``Resource`` ARN (``"${Partition}"``: a
+            placeholder your deployment fills in).
 
     Returns:
         The state, a plain ASL dict.
@@ -132,6 +203,7 @@ def wait_state(
         timeout_seconds=timeout_seconds,
         timeout_seconds_path=timeout_seconds_path,
         comment=comment,
+        partition=partition,
     )
 
 
@@ -151,6 +223,7 @@ def join_state(
     timeout_seconds_path: str | None = None,
     waiter_payload_id_path: str | None = None,
     comment: str | None = None,
+    partition: str = DEFAULT_PARTITION,
 ) -> dict[str, Any]:
     """The Task state that waits on k of n dependency payloads with one token.
 
@@ -174,6 +247,7 @@ def join_state(
         timeout_seconds_path: JSONPath to the callback timeout, in place of ``timeout_seconds``.
         waiter_payload_id_path: JSONPath to the waiting payload's id, if it has one.
         comment: The state's ``Comment``.
+        partition: The AWS partition of the ``Resource`` ARN.
 
     Returns:
         The state, a plain ASL dict.
@@ -224,6 +298,7 @@ def join_state(
         timeout_seconds=timeout_seconds,
         timeout_seconds_path=timeout_seconds_path,
         comment=comment,
+        partition=partition,
     )
 
 
@@ -272,6 +347,7 @@ def _task(
     timeout_seconds: int | None,
     timeout_seconds_path: str | None,
     comment: str | None,
+    partition: str,
 ) -> dict[str, Any]:
     if (timeout_seconds is None) == (timeout_seconds_path is None):
         msg = "give exactly one of timeout_seconds and timeout_seconds_path"
@@ -279,7 +355,7 @@ def _task(
     state: dict[str, Any] = {"Type": "Task"}
     if comment is not None:
         state["Comment"] = comment
-    state["Resource"] = SEND_AND_WAIT
+    state["Resource"] = send_and_wait(partition)
     state["Parameters"] = {"QueueUrl": queue_url, "MessageBody": body}
     if timeout_seconds is not None:
         # Without a timeout a parent whose answer is lost would wait up to a year.
@@ -290,6 +366,8 @@ def _task(
     else:
         state["TimeoutSecondsPath"] = _path(str(timeout_seconds_path), "timeout_seconds_path")
     state["ResultPath"] = None if result_path is None else _path(result_path, "result_path")
+    # Retried before caught: a throttled send is not a dependency's failure.
+    state["Retry"] = send_retry()
     state["Catch"] = catchers(errors, on_error, _path(error_path, "error_path"))
     if next_state is None:
         state["End"] = True

@@ -1,14 +1,55 @@
-"""Cached boto3 client factory shared by handlers, the local stack and the CLI."""
+"""Cached boto3 client factory shared by handlers, the local stack and the CLI.
+
+In Lambda, every call is bounded well inside the invocation: botocore's defaults
+(60 s to connect, 60 s per read, the process function's whole timeout) would let
+one hung call time the batch out and bump every message's receive count. A
+call, its retries and their backoff included, takes at most
+:func:`worst_call_seconds`, no more than the time the handlers keep back before
+their deadline (:data:`~dependency_tracker.handlers.deadline.DEADLINE_RESERVE_SECONDS`),
+so a call started before the deadline ends before Lambda stops the invocation.
+Elsewhere (the CLI, the local stack) botocore's defaults stay: a laptop far from
+its region may need them.
+"""
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from typing import Any
 
 import boto3
 from botocore.config import Config
 
-_CONFIG = Config(retries={"mode": "standard"})
+# In Lambda: the service answers in milliseconds in-region; a connection that takes a
+# second, or a response three, is a fault better retried than waited on.
+CONNECT_TIMEOUT_SECONDS = 1
+READ_TIMEOUT_SECONDS = 3
+# botocore's standard mode: the first attempt and two retries, with jittered backoff.
+MAX_ATTEMPTS = 3
+# Standard mode's backoff before retry n (1-based): up to min(2 ** (n - 1), 20) s.
+_MAX_BACKOFF_SECONDS = 20
+# Set by the Lambda runtime in every function's environment.
+LAMBDA_ENV = "AWS_LAMBDA_FUNCTION_NAME"
+
+
+def worst_call_seconds() -> float:
+    """The longest one call may take in Lambda: every attempt timing out, full backoff."""
+    attempts = MAX_ATTEMPTS * (CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS)
+    backoff = sum(min(2**n, _MAX_BACKOFF_SECONDS) for n in range(MAX_ATTEMPTS - 1))
+    return float(attempts + backoff)
+
+
+def config(*, in_lambda: bool | None = None) -> Config:
+    """The clients' botocore config: bounded timeouts in Lambda (default: from the environment)."""
+    if in_lambda is None:
+        in_lambda = bool(os.environ.get(LAMBDA_ENV))
+    if not in_lambda:
+        return Config(retries={"mode": "standard"})
+    return Config(
+        connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        read_timeout=READ_TIMEOUT_SECONDS,
+        retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS},
+    )
 
 
 @cache
@@ -21,5 +62,5 @@ def client(service: str, *, region: str | None = None, endpoint_url: str | None 
         service,  # type: ignore[call-overload]
         region_name=region,
         endpoint_url=endpoint_url,
-        config=_CONFIG,
+        config=config(),
     )

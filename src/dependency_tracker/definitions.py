@@ -25,8 +25,12 @@ SUBSTITUTION_KEYS = frozenset(
         "DefaultTimeoutSeconds",
         "DefaultMaxConcurrency",
         "StatusReportQueueUrl",
+        "Partition",
     }
 )
+# Filled in when a caller gives no value: the local stack and the tests run in the
+# ``aws`` partition; template.yaml passes ``AWS::Partition``.
+DEFAULT_SUBSTITUTIONS = {"Partition": "aws"}
 EXPRESS_SUFFIX = "-express"
 
 
@@ -58,9 +62,13 @@ def placeholders(text: str) -> set[str]:
 def render(path: Path, substitutions: dict[str, str]) -> str:
     """The definition at ``path`` with every placeholder filled.
 
+    A placeholder of :data:`DEFAULT_SUBSTITUTIONS` that ``substitutions`` leaves out
+    gets its default.
+
     Raises:
         ConfigurationError: A placeholder has no value.
     """
+    substitutions = {**DEFAULT_SUBSTITUTIONS, **substitutions}
     text = path.read_text(encoding="utf-8")
     missing = placeholders(text) - set(substitutions)
     if missing:

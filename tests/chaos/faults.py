@@ -40,7 +40,7 @@ Kinds:
 
 Faults of the harness itself (``express_report_lost``, ``late_event``,
 ``stale_redelivery``, ``duplicate_delivery``, and the joins' ``join_id_reuse``
-and ``manifest_overwrite``) are counted here too, by the harness
+and ``manifest_overwrite``, and ``parent_send_throttled``) are counted here too, by the harness
 (:mod:`tests.chaos.run`).
 """
 
@@ -101,6 +101,7 @@ ALL_KINDS = (
     "callback_storm",
     "join_id_reuse",  # the harness sends another parent's join naming an owner's join_id
     "manifest_overwrite",  # the harness replaces a join's manifest after its first chunk
+    "parent_send_throttled",  # the harness throttles a parent's send once (Task Retry)
 )
 
 _handler: contextvars.ContextVar[str] = contextvars.ContextVar("chaos_handler", default="-")

@@ -16,6 +16,12 @@ the next receive (the queue's visibility timeout is 0) and dead-letters it
 after ``maxReceiveCount``; the stream retries from the first failed record;
 EventBridge retries the event.
 
+A parent's own send may be throttled (``parent_send_throttled``): its Task's ``Retry``
+sends again on a new token. Throttled before SQS took the message, nothing of the
+first token reaches the tracker; after, its message is delivered and answered, and
+the answer is refused (``TaskTimedOut``, the first attempt's task is closed): the
+tracker must drop it as a parent gone, and the parent hears only its retry's answer.
+
 Joins meet two faults of their own: ``join_id_reuse`` (another parent's join names
 the same ``join_id`` as the owner's registration moves on to its second chunk) and
 ``manifest_overwrite`` (the owner's manifest is replaced, same key, once its first
@@ -103,6 +109,9 @@ DEFAULT_RATES = {
     # Per join parent of more than one chunk (at most one of the two each):
     "join_id_reuse": 0.25,
     "manifest_overwrite": 0.25,
+    # Per parent (not in a ring, no join fault): its send is throttled once, before or after
+    # SQS took the message; its Task's Retry sends again with a new token.
+    "parent_send_throttled": 0.1,
 }
 MAX_RECEIVE_COUNT = 20
 # The stream's retries before it discards a record (the template's MaximumRetryAttempts).
@@ -148,6 +157,7 @@ JOIN_FAULTS = ("join_id_reuse", "manifest_overwrite")
 # What the refusals must say: the join_id is another parent's; the manifest changed.
 IN_USE = re.compile(r"in use|already used|belongs to|owned by", re.IGNORECASE)
 CHANGED = re.compile(r"chang|overwrit|modif", re.IGNORECASE)
+FIRST_ATTEMPTS = "a throttled send's first token: answered, refused, recorded gone"
 TOKEN_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
 
@@ -389,6 +399,8 @@ class ChaosRun:
         # The joins' own faults: by the owner's join_id, and by the owner's token.
         self.intrusions: dict[str, Intrusion] = {}
         self.overwrites: dict[str, Overwrite] = {}
+        # parent_send_throttled after the send: the first attempt's token -> its parent.
+        self.first_attempts: dict[str, Parent] = {}
 
     # ------------------------------------------------------------- building
 
@@ -960,17 +972,45 @@ class ChaosRun:
     # -------------------------------------------------------------- running
 
     def send(self, indexes: range) -> None:
-        entries = [(i, self.parents[i]) for i in indexes]
+        entries: list[tuple[str, Parent, dict[str, Any]]] = []
+        for i in indexes:
+            parent = self.parents[i]
+            first = self._throttled_send(i, parent)
+            if first is not None:
+                entries.append((f"first-{i}", first, self._body(i, first)))
+            entries.append((str(i), parent, self._body(i, parent)))
+        by_id = {entry_id: parent for entry_id, parent, _ in entries}
         for start in range(0, len(entries), 10):
             chunk = entries[start : start + 10]
             response = self.aws.sqs.send_message_batch(
                 QueueUrl=self.aws.queue_url,
                 Entries=[
-                    {"Id": str(i), "MessageBody": json.dumps(self._body(i, p))} for i, p in chunk
+                    {"Id": entry_id, "MessageBody": json.dumps(body)} for entry_id, _, body in chunk
                 ],
             )
             for ok in response["Successful"]:
-                self.sent[ok["MessageId"]] = self.parents[int(ok["Id"])].token
+                self.sent[ok["MessageId"]] = by_id[ok["Id"]].token
+
+    def _throttled_send(self, index: int, parent: Parent) -> Parent | None:
+        """``parent_send_throttled``: the parent's first attempt at its send failed.
+
+        Throttled after SQS took it, the first attempt's message (with a token of its own,
+        closed when the attempt failed) goes first; the one returned. Throttled before,
+        nothing of it is sent. Either way the parent's own token is its retry's.
+        """
+        eligible = parent.ring is None and parent.fault is None and parent.join_id is None
+        if not eligible or not self._draw("parent_send_throttled", str(index)):
+            return None
+        if random.Random(f"{self.seed}|parent_send_throttled|{index}|when").random() < 0.5:
+            return None
+        rng = random.Random(f"{self.seed}|parent_send_throttled|{index}|token")
+        first = dataclasses.replace(
+            parent, token=random_token(rng, f"AQB-chaos-{self.seed}-first{index:04d}-")
+        )
+        self.fake.tokens.add(first.token)
+        self.fake.parent_gone(first.token, "TaskTimedOut")
+        self.first_attempts[first.token] = parent
+        return first
 
     def execute(self, timeout: float) -> Report:
         began = time.monotonic()
@@ -1088,6 +1128,7 @@ class ChaosRun:
         invariants[REDELIVERIES + suffix] = self._redeliveries(report)
         invariants[STORMS + suffix] = self._storms(report)
         invariants[NAMED_MEMBERS + suffix] = self._named_members(report)
+        invariants[FIRST_ATTEMPTS + suffix] = self._first_attempts(report)
         # The stream's and EventBridge's on-failure destinations are DLQs too: counted; a
         # parent left waiting because of one still fails the resume check above.
         report.counts["stream_dead_letters"] = len(self.pumps.stream.dead_letters)
@@ -1122,6 +1163,43 @@ class ChaosRun:
         assert "callback handled" in log_text, "no handler log captured"
         leaked = [p.token[:24] + "..." for p in self.parents if p.token in log_text]
         report.invariants["no whole task token in a log line"] = leaked
+
+    def _first_attempts(self, report: Report) -> list[str]:
+        """A throttled send's first token, delivered: answered once, refused, recorded gone.
+
+        Its row (a waiter row, or a join's row) ends notified ``PARENT_GONE:TaskTimedOut``
+        (the tracker did not retry it, nor dead-letter it); its parent, by its retry's token,
+        is checked with the others (resumed once, right outcome).
+        """
+        problems: list[str] = []
+        dead = self.dead_tokens
+        gone = 0
+        for token, parent in sorted(self.first_attempts.items()):
+            if token in dead:
+                continue  # left for the redrive, as any dead-lettered message
+            label = f"first attempt {token[:24]}... of {parent.token[:24]}..."
+            if self.fake.sent.get(token):
+                problems.append(f"{label}: resumed")
+            if parent.quorum is not None:
+                key = {"payload_id": join_partition_for(token_hash(token)), "waiter_id": "join"}
+            else:
+                pid = parent.wait_for or self._pid(parent.members[0])
+                key = {"payload_id": partition_key(pid), "waiter_id": waiter_id_for(token)}
+            item = self.aws.dynamodb.get_item(
+                TableName=self.aws.dependencies.table_name,
+                Key={name: {"S": value} for name, value in key.items()},
+                ConsistentRead=True,
+            ).get("Item")
+            outcome = None if item is None else item.get("notify_outcome", {}).get("S")
+            if outcome != "PARENT_GONE:TaskTimedOut":
+                problems.append(f"{label}: row {key} notify_outcome {outcome}")
+            else:
+                gone += 1
+        report.counts.update(
+            parent_sends_throttled_after_send=len(self.first_attempts),
+            first_attempts_gone=gone,
+        )
+        return problems
 
     # ------------------------------------------------ the joins' own invariant
 

@@ -223,6 +223,7 @@ def without_rings(run: ChaosRun) -> None:
         ("late_event", ALL_STANDARD),
         ("stale_redelivery", ALL_STANDARD),
         ("callback_storm", ALL_STANDARD),
+        ("parent_send_throttled", ALL_STANDARD),
     ],
 )
 def test_each_issue_15_fault_is_survived(
@@ -235,6 +236,8 @@ def test_each_issue_15_fault_is_survived(
     if kind == "callback_storm":
         assert report.counts["storm_records_discarded"] > 0, report.render()
         assert run.sweeps > 0
+    if kind == "parent_send_throttled":
+        assert report.counts["first_attempts_gone"] > 0, report.render()
 
 
 def violated(report: Report, invariant: str) -> list[str]:

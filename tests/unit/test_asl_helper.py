@@ -189,4 +189,5 @@ def test_every_example_file_is_what_the_helper_builds() -> None:
         assert definitions.placeholders(shipped) <= {
             "ProcessQueueUrl",
             "WaitForDependenciesStateMachineArn",
+            "Partition",
         }

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dependency_tracker import definitions
+from dependency_tracker import asl, definitions
 from dependency_tracker.errors import ConfigurationError
 from dependency_tracker.flows.update_state import EXPRESS_OUTPUTS_PREFIX
 from dependency_tracker.limits import SFN_MAX_HISTORY_EVENTS, SFN_MAX_PAYLOAD_BYTES
@@ -220,11 +220,12 @@ def test_express_reports_are_retried() -> None:
     reports = [name for name, state in states.items() if name.startswith("Report")]
     assert reports == ["ReportSucceeded", "ReportFailed"]
     for name in reports:
-        # THEN each report step retries, with backoff, well inside the five-minute limit
+        # THEN each report step retries SQS's throttling and 5xx, with backoff, well inside
+        # the five-minute limit
         (retry,) = states[name]["Retry"]
-        assert retry["ErrorEquals"] == ["States.ALL"]
+        assert retry["ErrorEquals"] == list(asl.SQS_TRANSIENT_ERRORS)
         waits = sum(
-            retry["IntervalSeconds"] * retry["BackoffRate"] ** n
+            min(retry["IntervalSeconds"] * retry["BackoffRate"] ** n, retry["MaxDelaySeconds"])
             for n in range(retry["MaxAttempts"])
         )
         assert waits < 60, name
@@ -237,7 +238,7 @@ def test_express_outputs_are_written_where_update_state_reads_them() -> None:
     # reported by pointer (never inline: with the input it could pass SQS's 256 KiB)
     key = states["NameOutput"]["Parameters"]["key.$"]
     assert key.startswith(f"States.Format('{EXPRESS_OUTPUTS_PREFIX}/{{}}/{{}}.json'")
-    assert states["StoreOutput"]["Resource"] == "arn:aws:states:::aws-sdk:s3:putObject"
+    assert states["StoreOutput"]["Resource"] == "arn:${Partition}:states:::aws-sdk:s3:putObject"
     report = states["ReportSucceeded"]["Parameters"]["MessageBody"]["status_report"]
     assert "output.$" not in report
     assert report["output_url.$"].startswith("States.Format('s3://${PayloadBucketName}/{}'")

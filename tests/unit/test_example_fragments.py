@@ -92,6 +92,10 @@ def test_a_nesting_parent_may_run_wait_for_dependencies_and_follow_it(sam: Stack
     assert not sam.allowed("NestedParent", "sqs:SendMessage", QUEUE_ARN)
 
 
+# What CDK's Aws.PARTITION is: a token the synthesised template resolves with AWS::Partition.
+PARTITION_TOKEN = "${Token[AWS.Partition.8]}"
+
+
 def stand_ins() -> dict[str, Any]:
     """Modules named like CDK's, with just what the fragment touches."""
     core = types.ModuleType("aws_cdk")
@@ -102,6 +106,7 @@ def stand_ins() -> dict[str, Any]:
 
     core.Stack = Construct  # type: ignore[attr-defined]
     core.Duration = mock.MagicMock(name="Duration")  # type: ignore[attr-defined]
+    core.Aws = types.SimpleNamespace(PARTITION=PARTITION_TOKEN)  # type: ignore[attr-defined]
     constructs = types.ModuleType("constructs")
     constructs.Construct = Construct  # type: ignore[attr-defined]
     sfn = mock.MagicMock(name="aws_stepfunctions")
@@ -137,7 +142,7 @@ def test_cdk_fragment_hands_cdk_the_helpers_task_every_catcher_and_the_queue_gra
     ((_, name), kwargs) = sfn.CustomState.call_args
     expected = asl.wait_state(
         QUEUE_URL, payload_path="$.tile", result_path="$.waited", timeout_seconds=600,
-        on_error="unused",
+        on_error="unused", partition=PARTITION_TOKEN,
     )  # fmt: skip
     for key in ("Catch", "End"):
         expected.pop(key)
