@@ -269,7 +269,11 @@ def test_strip_finds_every_cirrus_part(template: dict[str, Any]) -> None:
         "CirrusEventsFunction",
         "CirrusEventsRole",
         "CirrusEventsLogGroup",
+        "CirrusSubscriptionDlq",
+        "CirrusSubscriptionDlqPolicy",
         "CirrusEventsDlqDepthAlarm",
+        "CirrusEventsQueueAgeAlarm",
+        "CirrusSubscriptionDlqDepthAlarm",
         "CirrusEventsErrorsAlarm",
     }
     assert set(template["Rules"]) - set(stripped["Rules"]) == {"CirrusPrefixIsNotPrefix"}
@@ -380,12 +384,14 @@ def test_cirrus_names_default_to_cirrus_geo_s_own(
     assert outputs["CirrusProcessQueueUrl"] == names["queue_url"]
     assert outputs["CirrusEventsQueueUrl"] == stack.physical("CirrusEventsQueue").ref
     assert outputs["CirrusEventsDlqUrl"] == stack.physical("CirrusEventsDlq").ref
+    assert outputs["CirrusSubscriptionDlqUrl"] == stack.physical("CirrusSubscriptionDlq").ref
     assert outputs["CirrusEventsFunctionName"] == stack.physical(CIRRUS_FUNCTION).ref
     assert not {name for name in outputs if name.startswith("Cirrus")} - {
         "CirrusStateTable",
         "CirrusProcessQueueUrl",
         "CirrusEventsQueueUrl",
         "CirrusEventsDlqUrl",
+        "CirrusSubscriptionDlqUrl",
         "CirrusEventsFunctionName",
     }
 
@@ -548,18 +554,37 @@ def test_the_cirrus_events_queue_takes_only_cirrus_s_topic_and_feeds_the_functio
         assert dlq_policy["PolicyDocument"]["Statement"] == [
             {**tls_only, "Resource": dlq.attributes["Arn"]}
         ]
-        # AND the subscription delivers cirrus's topic, raw, to that queue, once the policy
-        # admits it
+        # AND the subscription delivers cirrus's topic, raw, to that queue, once the policies
+        # admit it, and what SNS cannot deliver to its own DLQ (which admits only that topic)
+        undelivered = stack.physical("CirrusSubscriptionDlq")
         subscription = stack.resources["CirrusWorkflowEventSubscription"]
-        assert subscription["DependsOn"] == "CirrusEventsQueuePolicy"
+        assert subscription["DependsOn"] == [
+            "CirrusEventsQueuePolicy",
+            "CirrusSubscriptionDlqPolicy",
+        ]
         assert stack.resolved_properties("CirrusWorkflowEventSubscription") == {
             "TopicArn": names["topic_arn"],
             "Protocol": "sqs",
             "Endpoint": queue.attributes["Arn"],
             "RawMessageDelivery": True,
+            "RedrivePolicy": {"deadLetterTargetArn": undelivered.attributes["Arn"]},
             "FilterPolicyScope": "MessageAttributes",
             "FilterPolicy": {"event_type": ADMITTED_EVENT_TYPES},
         }
+        assert stack.resolved_properties("CirrusSubscriptionDlq")["SqsManagedSseEnabled"] is True
+        undelivered_policy = stack.resolved_properties("CirrusSubscriptionDlqPolicy")
+        assert undelivered_policy["Queues"] == [undelivered.ref]
+        assert undelivered_policy["PolicyDocument"]["Statement"] == [
+            {
+                "Sid": "CirrusUndeliveredEvents",
+                "Effect": "Allow",
+                "Principal": {"Service": "sns.amazonaws.com"},
+                "Action": "sqs:SendMessage",
+                "Resource": undelivered.attributes["Arn"],
+                "Condition": {"ArnEquals": {"aws:SourceArn": names["topic_arn"]}},
+            },
+            {**tls_only, "Resource": undelivered.attributes["Arn"]},
+        ]
     # AND the function's one event source is that queue, with partial batch failures
     built = Stack(transformed, parameters)
     (mapping,) = mappings(built, CIRRUS_FUNCTION)
@@ -913,7 +938,7 @@ def test_deploy_md_gives_the_cirrus_mode_counts_and_alarms(template: dict[str, A
         for a in alarms
     )
     words = " ".join(DEPLOY_DOC.read_text(encoding="utf-8").split())
-    number = {5: "five", 8: "eight"}
+    number = {5: "five", 9: "nine"}
     # THEN deploy.md states its queues, functions, alarms, alarm metrics and their price
     queues, functions = kinds.count("AWS::SQS::Queue"), kinds.count("AWS::Serverless::Function")
     assert (
