@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp
 
 .PHONY: venv venv-cirrus constraints lint format test test-unit test-e2e test-cirrus demo demo-cirrus check clean \
-	bench bench-smoke chaos
+	bench bench-smoke chaos build build-host test-artifact
 
 venv: $(STAMP)
 
@@ -60,6 +60,62 @@ $(CIRRUS_STAMP): pyproject.toml constraints.txt constraints-cirrus.txt
 	$(CIRRUS_IMPORT_CHECK)
 	touch $(CIRRUS_STAMP)
 
+# The Lambda artifact (docs/deploy.md#build): src/requirements.txt's exact pins as
+# manylinux2014 aarch64 wheels for CPython 3.13, the tracker without local/, cli/ and the demos,
+# and a .pyc for every module (scripts/build_lambda.py), in build/lambda. It needs Python 3.13,
+# the runtime's version; PYTHON_LAMBDA names one, else python3.13 on PATH (a pyenv shim may
+# exist and still fail) or the newest pyenv 3.13.x. No .venv needed: a fresh machine with 3.13
+# and make builds it. build-host is the same for this machine's platform: the artifact tests
+# import the handlers from it (aarch64 extension modules do not load on x86_64).
+PYTHON_LAMBDA ?= $(shell for p in python3.13 \
+	$$(ls -d $(foreach r,$(_PYENV_ROOTS),$(r)/versions/3.13*/bin/python3.13) 2>/dev/null | sort -rV); do \
+	"$$p" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' >/dev/null 2>&1 && { echo "$$p"; break; }; \
+	done)
+LAMBDA_DIR := build/lambda
+LAMBDA_HOST_DIR := build/lambda-host
+LAMBDA_SOURCES := src/requirements.txt scripts/build_lambda.py $(shell find src/dependency_tracker \
+	stepfunctions -type f -not -name '*.pyc' -not -path 'src/dependency_tracker/local/*' \
+	-not -path 'src/dependency_tracker/cli/*' 2>/dev/null)
+define build_lambda
+@py='$(PYTHON_LAMBDA)'; \
+	if [ -z "$$py" ]; then \
+		echo "make build: the Lambda artifact needs Python 3.13 (the python3.13 runtime's .pyc" \
+			"format) and none was found (looked for python3.13 on PATH and pyenv 3.13.x under" \
+			"$(_PYENV_ROOTS)). Install one (e.g. pyenv install 3.13), or name it:" \
+			"make build PYTHON_LAMBDA=/path/to/python3.13" >&2; \
+		exit 1; \
+	fi; \
+	echo "$$py scripts/build_lambda.py --output $(1) $(2)"; \
+	"$$py" scripts/build_lambda.py --output "$(1)" $(2)
+endef
+
+build: build/.lambda.stamp
+build/.lambda.stamp: $(LAMBDA_SOURCES)
+	$(call build_lambda,$(LAMBDA_DIR))
+	touch $@
+
+build-host: build/.lambda-host.stamp
+build/.lambda-host.stamp: $(LAMBDA_SOURCES)
+	$(call build_lambda,$(LAMBDA_HOST_DIR),--platform manylinux2014_$(shell uname -m))
+	touch $@
+
+# sam build: every function has Metadata BuildMethod makefile and WorkingDirectory "."
+# (template.yaml), so SAM runs these targets here (src/Makefile includes this file) with
+# ARTIFACTS_DIR set: the artifact it deploys is make build's.
+build-ProcessFunction build-UpdateStateFunction build-CallbackFunction build-SweeperFunction \
+build-CirrusEventsFunction:
+	$(call build_lambda,$(ARTIFACTS_DIR))
+
+# The artifact tier (tests/artifact): the packaged versions are the pins, nothing else is
+# packaged, every module has its .pyc, and each handler imports in a bare Python 3.13 from the
+# artifact alone; writes build/artifact-report.json (size, versions, import times) and prints
+# it in the test summary.
+ARTIFACT_TIER = DEPTRACK_ARTIFACT_TIER=1 DEPTRACK_LAMBDA_PYTHON='$(PYTHON_LAMBDA)' \
+	DEPTRACK_ARTIFACT_DIR=$(LAMBDA_DIR) DEPTRACK_ARTIFACT_HOST_DIR=$(LAMBDA_HOST_DIR) \
+	$(BIN)/pytest tests/artifact -p no:cacheprovider -q
+test-artifact: venv build build-host
+	$(ARTIFACT_TIER)
+
 # cfn-lint runs twice: on template.yaml, and on the template as CloudFormation receives it
 # after the SAM transform (cfn-lint 1.x does not run the transform itself), which holds the
 # functions, event source mappings, permissions and roles SAM generates.
@@ -85,14 +141,28 @@ PYTEST_PARALLEL = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dis
 # .venv-cirrus is built while the main suite runs (pip waits on the network, the suite on the
 # CPU): on a fresh clone that takes its minute or two off the wall time. Its log is printed
 # only if it fails.
+# The Lambda artifact and its host-platform twin are built the same way, beside it, then the
+# artifact tier runs last. Without a Python 3.13 that tier fails in CI (CI=true) and is
+# skipped, loudly, elsewhere.
 CIRRUS_VENV_LOG := $${TMPDIR:-/tmp}/deptrack-venv-cirrus.log
+ARTIFACT_LOG := $${TMPDIR:-/tmp}/deptrack-build-lambda.log
 test: venv
 	@$(MAKE) --no-print-directory venv-cirrus > $(CIRRUS_VENV_LOG) 2>&1 & builder=$$!; \
+	if [ -n '$(PYTHON_LAMBDA)' ] || [ "$$CI" = true ]; then \
+		$(MAKE) --no-print-directory build build-host > $(ARTIFACT_LOG) 2>&1 & artifact=$$!; \
+	else artifact=; fi; \
 	$(BIN)/pytest $(PYTEST_PARALLEL); suite=$$?; \
 	if ! wait $$builder; then cat $(CIRRUS_VENV_LOG) >&2; exit 1; fi; \
+	if [ -n "$$artifact" ] && ! wait $$artifact; then cat $(ARTIFACT_LOG) >&2; exit 1; fi; \
 	test $$suite -eq 0 || exit $$suite; \
 	echo "DEPTRACK_CIRRUS_TIER=1 $(CIRRUS_BIN)/pytest $(PYTEST_PARALLEL) tests/cirrus"; \
-	DEPTRACK_CIRRUS_TIER=1 $(CIRRUS_BIN)/pytest $(PYTEST_PARALLEL) tests/cirrus
+	DEPTRACK_CIRRUS_TIER=1 $(CIRRUS_BIN)/pytest $(PYTEST_PARALLEL) tests/cirrus || exit $$?; \
+	if [ -z "$$artifact" ]; then \
+		echo "make test: SKIPPED the artifact tier (tests/artifact): no Python 3.13 found;" \
+			"make build needs one (PYTHON_LAMBDA=...)" >&2; exit 0; \
+	fi; \
+	echo "$(ARTIFACT_TIER)"; \
+	$(ARTIFACT_TIER)
 
 test-unit: venv
 	$(BIN)/pytest $(PYTEST_PARALLEL) tests/unit
