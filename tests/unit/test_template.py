@@ -157,17 +157,22 @@ def environment(stack: Stack, function: str) -> dict[str, str]:
     return {str(name): str(value) for name, value in variables.items()}
 
 
-def event_properties(stack: Stack, function: str, kind: str) -> dict[str, Any]:
-    events = stack.resolved_properties(function)["Events"].values()
-    found = [event["Properties"] for event in events if event["Type"] == kind]
-    assert len(found) == 1, f"{function} needs exactly one {kind} event"
+def event_properties(
+    stack: Stack, function: str, kind: str, name: str | None = None
+) -> dict[str, Any]:
+    """The properties of ``function``'s one ``kind`` event (or of the one named ``name``)."""
+    events = stack.resolved_properties(function)["Events"].items()
+    found = [e["Properties"] for n, e in events if e["Type"] == kind and name in (None, n)]
+    assert len(found) == 1, f"{function} needs exactly one {kind} event {name or ''}"
     properties: dict[str, Any] = found[0]
     return properties
 
 
-def unresolved_event(stack: Stack, function: str, kind: str) -> dict[str, Any]:
-    events = stack.properties(function)["Events"].values()
-    (found,) = (event["Properties"] for event in events if event["Type"] == kind)
+def unresolved_event(
+    stack: Stack, function: str, kind: str, name: str | None = None
+) -> dict[str, Any]:
+    events = stack.properties(function)["Events"].items()
+    (found,) = (e["Properties"] for n, e in events if e["Type"] == kind and name in (None, n))
     properties: dict[str, Any] = found
     return properties
 
@@ -348,8 +353,12 @@ def test_functions_are_python_arm64_with_partial_batch_failures(stack: Stack) ->
         properties = stack.resolved_properties(function)
         assert properties["Runtime"] == "python3.13"
         assert properties["Architectures"] == ["arm64"]
-    for function, kind in (("ProcessFunction", "SQS"), ("CallbackFunction", "DynamoDB")):
-        assert event_properties(stack, function, kind)["FunctionResponseTypes"] == [
+    for function, kind, name in (
+        ("ProcessFunction", "SQS", "ProcessQueue"),
+        ("ProcessFunction", "SQS", "JoinQueue"),
+        ("CallbackFunction", "DynamoDB", None),
+    ):
+        assert event_properties(stack, function, kind, name)["FunctionResponseTypes"] == [
             "ReportBatchItemFailures"
         ]
 
@@ -622,15 +631,34 @@ def test_process_queue_redrives_and_outlasts_the_function(
         variables[settings.ENV_PROCESS_MAX_RECEIVE_COUNT]
         == queue["RedrivePolicy"]["maxReceiveCount"]
     )
-    mapping = unresolved_event(stack, "ProcessFunction", "SQS")
+    mapping = unresolved_event(stack, "ProcessFunction", "SQS", "ProcessQueue")
     assert mapping["Queue"] == {"Fn::GetAtt": ["ProcessQueue", "Arn"]}
     assert mapping["BatchSize"] == {"Ref": "ProcessBatchSize"}
     assert mapping["MaximumBatchingWindowInSeconds"] == {"Ref": "ProcessBatchingWindowSeconds"}
 
 
+def test_the_join_queue_hands_the_process_function_one_chunk_at_a_time(stack: Stack) -> None:
+    """Each invocation registers one chunk, whatever ProcessBatchSize; failures reach the DLQ."""
+    mapping = unresolved_event(stack, "ProcessFunction", "SQS", "JoinQueue")
+    assert mapping["Queue"] == {"Fn::GetAtt": ["JoinQueue", "Arn"]}
+    assert mapping["BatchSize"] == 1
+    assert "MaximumBatchingWindowInSeconds" not in mapping
+    assert mapping["ScalingConfig"] == {"MaximumConcurrency": {"Ref": "JoinMaxConcurrency"}}
+    queue = stack.resolved_properties("JoinQueue")
+    timeout = int(stack.resolved_properties("ProcessFunction").get("Timeout", 60))
+    assert int(queue["VisibilityTimeout"]) >= 6 * timeout
+    # the same receive count as the process queue: the handler's last-receive rule holds
+    assert queue["RedrivePolicy"] == {
+        "deadLetterTargetArn": stack.arn_of("ProcessDlq"),
+        "maxReceiveCount": stack.parameter("ProcessMaxReceiveCount"),
+    }
+    join_queue_url = stack.physical("JoinQueue").ref
+    assert environment(stack, "ProcessFunction")[settings.ENV_JOIN_QUEUE_URL] == join_queue_url
+
+
 def test_queues_take_the_message_size_the_tracker_sizes_for(stack: Stack) -> None:
     """The queues the handlers write to have the maximum the embedded stack's queues have."""
-    for name in ("ProcessQueue", "StatusReportQueue"):
+    for name in ("ProcessQueue", "JoinQueue", "StatusReportQueue"):
         size = stack.resolved_properties(name)["MaximumMessageSize"]
         assert int(size) == limits.SQS_DEFAULT_MAX_MESSAGE_BYTES, name
 
@@ -1401,7 +1429,7 @@ def test_every_queue_refuses_plain_http(
     stack = Stack(document(name, template, transformed), EVERYTHING_ON)
     queues = stack.of_type("AWS::SQS::Queue")
     assert (
-        len(queues) == 9
+        len(queues) == 10
     )  # with cirrus mode's cirrus-events queue, its DLQ and the subscription's
     policies = {
         logical_id: stack.resolved_properties(logical_id)
@@ -1755,11 +1783,14 @@ class Deployment:
 
         def quiet() -> bool:
             moved = sum(pump.pump_once() for pump in self.pumps)
-            queue = self.sqs.get_queue_attributes(
-                QueueUrl=self.stack.physical("ProcessQueue").ref,
-                AttributeNames=["ApproximateNumberOfMessages"],
-            )["Attributes"]
-            return moved == 0 and not running() and queue["ApproximateNumberOfMessages"] == "0"
+            waiting = [
+                self.sqs.get_queue_attributes(
+                    QueueUrl=self.stack.physical(name).ref,
+                    AttributeNames=["ApproximateNumberOfMessages"],
+                )["Attributes"]["ApproximateNumberOfMessages"]
+                for name in ("ProcessQueue", "JoinQueue")
+            ]
+            return moved == 0 and not running() and waiting == ["0", "0"]
 
         wait_until(quiet, timeout=30)
 
@@ -1843,6 +1874,8 @@ def deployed(
         )
         queue = stack.physical("ProcessQueue")
         assert sqs.create_queue(QueueName=queue.attributes["QueueName"])["QueueUrl"] == queue.ref
+        joins = stack.physical("JoinQueue")
+        assert sqs.create_queue(QueueName=joins.attributes["QueueName"])["QueueUrl"] == joins.ref
         reports = stack.physical("StatusReportQueue")
         assert (
             sqs.create_queue(QueueName=reports.attributes["QueueName"])["QueueUrl"] == reports.ref
@@ -1868,6 +1901,16 @@ def deployed(
                 queue_arn=queue.attributes["Arn"],
                 handler=recorder.handler(stack, "ProcessFunction"),
                 region=REGION,
+            ),
+            # join_chunk messages, one per invocation as the template's trigger
+            SqsPump(
+                sqs=sqs,
+                queue_url=joins.ref,
+                queue_arn=joins.attributes["Arn"],
+                handler=recorder.handler(stack, "ProcessFunction"),
+                region=REGION,
+                batch_size=1,
+                name="joins",
             ),
             # Express workflows report their own end on the status-report queue
             SqsPump(
@@ -1954,10 +1997,17 @@ def call_resources(call: Call, parents: dict[str, str]) -> list[str]:
 def untaken_paths(bucket: str, parent_map: str, parent_join: str) -> list[tuple[Any, str]]:
     """Process messages (body, message id) for the paths the two parents do not take."""
     late = {"task_token": "late-waiter", "parent_execution": parent_map}
-    join = {
-        "join": {"task_token": "join-token", "quorum": 1, "parent_execution": parent_join},
+    join: dict[str, Any] = {
+        "join": {
+            "task_token": "join-token",
+            "join_id": "retried",
+            "quorum": 1,
+            "parent_execution": parent_join,
+        },
         "payloads": [simulated("a")],
     }
+    # the same join sent again by its parent's retry (a new token; the first one's task closed)
+    retried = {**join, "join": {**join["join"], "task_token": "join-token-2"}}
     lost = {
         "join": {"task_token": "lost-join", "quorum": 1, "parent_execution": parent_join},
         "payloads": [simulated("b", "fail")],
@@ -2001,6 +2051,7 @@ def untaken_paths(bucket: str, parent_map: str, parent_join: str) -> list[tuple[
         ({"process": [{"workflow": "simulate"}], "callback": {"task_token": "bad"}}, "bad"),
         (join, "join"),
         (join, "join"),
+        (retried, "retried-join"),
         (lost, "lost-join"),
         (x_waits, "x-waits"),
         (y_waits, "y-waits"),
@@ -2132,6 +2183,8 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(
     parents = deployment.parents_by_token()
     # an invalid message keeps no parent; this token came from a wait-for-dependencies
     parents["bad"] = stack.physical("WaitForDependenciesStateMachine").ref
+    # the retried join's first token, whose row now holds the second: a wait-for-join's
+    parents["join-token"] = parents["join-token-2"]
     assert denied_calls(stack, calls, parents) == []
     # AND every grant was needed: each (action, resource) of each statement was called
     # (the Lambda-service statements serve the event source mapping, log delivery, failure

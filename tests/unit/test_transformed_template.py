@@ -44,7 +44,8 @@ MAPPING = "AWS::Lambda::EventSourceMapping"
 # What SAM adds beside the resources the template names, by type. A new kind (or one
 # more of a kind) means SAM now builds something the tests below have not looked at.
 GENERATED_COUNTS = {
-    MAPPING: 4,  # process queue, status reports, dependency stream; cirrus events (cirrus mode)
+    # process queue, join queue, status reports, dependency stream; cirrus events (cirrus mode)
+    MAPPING: 5,
     "AWS::Events::Rule": 2,  # update-state's EventBridgeRule event, the sweeper's Schedule
     "AWS::Lambda::Permission": 2,  # those rules invoking their functions
     # update-state's retries and on-failure destination; the sweeper's (none: the next run)
@@ -248,8 +249,8 @@ def test_modelled_grants_are_the_grants_sam_writes(
 @pytest.mark.parametrize("parameters", PARAMETER_SETS)
 def test_process_queue_mapping(transformed: dict[str, Any], parameters: dict[str, str]) -> None:
     stack = Stack(transformed, parameters)
-    (mapping,) = mappings(stack, "ProcessFunction")
-    assert mapping["EventSourceArn"] == stack.arn_of("ProcessQueue")
+    assert len(mappings(stack, "ProcessFunction")) == 2, "the process queue and the join queue"
+    mapping = mapping_from(stack, "ProcessFunction", stack.arn_of("ProcessQueue"))
     # the parameters reach the mapping as given (CloudFormation passes them as strings)
     assert mapping["BatchSize"] == stack.parameter("ProcessBatchSize")
     assert mapping["MaximumBatchingWindowInSeconds"] == stack.parameter(
@@ -260,6 +261,16 @@ def test_process_queue_mapping(transformed: dict[str, Any], parameters: dict[str
     assert "FilterCriteria" not in mapping
     assert "DestinationConfig" not in mapping
     assert mapping.get("Enabled", True) is True
+
+
+def test_join_queue_mapping(transformed: dict[str, Any]) -> None:
+    stack = Stack(transformed)
+    mapping = mapping_from(stack, "ProcessFunction", stack.arn_of("JoinQueue"))
+    # one chunk per invocation: its work is bounded by JoinChunkSize, not ProcessBatchSize
+    assert mapping["BatchSize"] == 1
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert mapping["ScalingConfig"] == {"MaximumConcurrency": stack.parameter("JoinMaxConcurrency")}
+    assert "FilterCriteria" not in mapping
 
 
 def test_status_report_mapping(transformed: dict[str, Any]) -> None:

@@ -543,9 +543,11 @@ def check_concurrency(
             raise PlatformError(msg)
 
 
-def process_maximum_concurrency(functions: Mapping[str, FunctionSettings]) -> int | None:
-    """The process trigger's ``MaximumConcurrency``, if the template sets one."""
+def process_maximum_concurrency(
+    functions: Mapping[str, FunctionSettings], event: str = "ProcessQueue"
+) -> int | None:
+    """``MaximumConcurrency`` of the process function's trigger ``event``, if set."""
     for function in functions.values():
         if function.name == "process" and function.maximum_concurrency:
-            return min(function.maximum_concurrency.values())
+            return function.maximum_concurrency.get(event)
     return None

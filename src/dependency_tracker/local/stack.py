@@ -151,6 +151,7 @@ class EmbeddedStack:
         # The model of the stack once started (None before, or with the model off).
         self.platform: platform_model.PlatformModel | None = None
         self._process_maximum_concurrency: int | None = None
+        self._join_maximum_concurrency: int | None = None
         self._sweeper_interval = sweeper_interval
         self._sweeper_min_age_seconds = sweeper_min_age_seconds
         self._strict_block: contextlib.ExitStack | None = None
@@ -228,7 +229,12 @@ class EmbeddedStack:
             self._start_moto()
             self._create(names)
             # Known only once the queue exists; read by update-state to chain steps.
-            self._set_env({settings.ENV_PROCESS_QUEUE_URL: self.outputs["ProcessQueueUrl"]})
+            self._set_env(
+                {
+                    settings.ENV_PROCESS_QUEUE_URL: self.outputs["ProcessQueueUrl"],
+                    settings.ENV_JOIN_QUEUE_URL: self.outputs["JoinQueueUrl"],
+                }
+            )
             if self._cirrus_prefix is not None:
                 self._create_cirrus(self._cirrus_prefix)
             _build_flows()
@@ -334,6 +340,7 @@ class EmbeddedStack:
             "PayloadBucketName": f"{self.prefix}-payloads-{ACCOUNT}",
             "ProcessQueueName": f"{self.prefix}-process",
             "ProcessDlqName": f"{self.prefix}-process-dlq",
+            "JoinQueueName": f"{self.prefix}-join-chunks",
             "StatusReportQueueName": f"{self.prefix}-status-reports",
             "StatusReportDlqName": f"{self.prefix}-status-reports-dlq",
         }
@@ -355,6 +362,9 @@ class EmbeddedStack:
         )
         platform_model.check_concurrency(functions, self._account_concurrency)
         self._process_maximum_concurrency = platform_model.process_maximum_concurrency(functions)
+        self._join_maximum_concurrency = platform_model.process_maximum_concurrency(
+            functions, "JoinQueue"
+        )
         self.platform = platform_model.PlatformModel(
             recursive_loop={f.name: f.recursive_loop for f in functions.values()}
         )
@@ -386,6 +396,8 @@ class EmbeddedStack:
         report_url, report_dlq_url = self._queue_with_dlq(
             sqs, names["StatusReportQueueName"], names["StatusReportDlqName"]
         )
+        # As the template's: its failed chunks go to the process DLQ.
+        join_url, _ = self._queue_with_dlq(sqs, names["JoinQueueName"], names["ProcessDlqName"])
         stream_arn = create_tables(
             self.client("dynamodb"),
             state_table=names["StateTableName"],
@@ -415,6 +427,8 @@ class EmbeddedStack:
             "ProcessQueueUrl": queue_url,
             "ProcessQueueArn": queue_arn(sqs, queue_url),
             "ProcessDlqUrl": dlq_url,
+            "JoinQueueUrl": join_url,
+            "JoinQueueArn": queue_arn(sqs, join_url),
             "StatusReportQueueUrl": report_url,
             "StatusReportQueueArn": queue_arn(sqs, report_url),
             "StatusReportDlqUrl": report_dlq_url,
@@ -496,6 +510,16 @@ class EmbeddedStack:
                 handler=invoker.wrap(process.lambda_handler),
                 region=self.region,
             ),
+            # The join queue's trigger: one chunk per invocation (BatchSize 1).
+            "joins": SqsPump(
+                sqs=self.client("sqs"),
+                queue_url=self.outputs["JoinQueueUrl"],
+                queue_arn=self.outputs["JoinQueueArn"],
+                handler=invoker.wrap(process.lambda_handler),
+                region=self.region,
+                batch_size=1,
+                name="joins",
+            ),
             "reports": SqsPump(
                 sqs=self.client("sqs"),
                 queue_url=self.outputs["StatusReportQueueUrl"],
@@ -540,9 +564,13 @@ class EmbeddedStack:
         # One model for every pump (the cirrus ones too), or none with the model off.
         for pump in [*self.pumps.values(), self._sweeper]:
             pump.platform = self.platform
-        sqs_pump = self.pumps["sqs"]
-        if isinstance(sqs_pump, SqsPump):
-            sqs_pump.maximum_concurrency = self._process_maximum_concurrency
+        for name, maximum in (
+            ("sqs", self._process_maximum_concurrency),
+            ("joins", self._join_maximum_concurrency),
+        ):
+            sqs_pump = self.pumps[name]
+            if isinstance(sqs_pump, SqsPump):
+                sqs_pump.maximum_concurrency = maximum
         pumps: list[Pump] = list(self.pumps.values())
         if self._sweeper_interval is not None:
             self.pumps["sweeper"] = self._sweeper

@@ -938,7 +938,7 @@ def test_deploy_md_gives_the_cirrus_mode_counts_and_alarms(template: dict[str, A
         for a in alarms
     )
     words = " ".join(DEPLOY_DOC.read_text(encoding="utf-8").split())
-    number = {5: "five", 9: "nine"}
+    number = {5: "five", 10: "ten"}
     # THEN deploy.md states its queues, functions, alarms, alarm metrics and their price
     queues, functions = kinds.count("AWS::SQS::Queue"), kinds.count("AWS::Serverless::Function")
     assert (

@@ -80,9 +80,13 @@ def test_a_new_account_s_quota_accepts_the_stack_s_concurrency(
     # THEN no function reserves concurrency, so a quota of 10 creates it
     assert reserved(stack) == 0
     assert accepted_by_a_new_account(stack)
-    # AND the process trigger's cap fits within that quota, leaving room for the others
-    (mapping,) = mappings(stack, "ProcessFunction")
-    assert int(mapping["ScalingConfig"]["MaximumConcurrency"]) < NEW_ACCOUNT_QUOTA
+    # AND the process function's triggers (process queue, join queue) cap it within that
+    # quota, leaving room for the other functions
+    caps = [
+        int(m["ScalingConfig"]["MaximumConcurrency"]) for m in mappings(stack, "ProcessFunction")
+    ]
+    assert len(caps) == 2
+    assert sum(caps) < NEW_ACCOUNT_QUOTA
 
 
 def test_a_sweeper_reservation_is_opt_in_and_refused_by_a_new_account(
@@ -95,18 +99,26 @@ def test_a_sweeper_reservation_is_opt_in_and_refused_by_a_new_account(
     assert not accepted_by_a_new_account(stack)
 
 
-def test_the_process_trigger_caps_its_concurrency_within_lambda_s_range(
-    template: dict[str, Any], transformed: dict[str, Any]
+@pytest.mark.parametrize(
+    ("parameter", "queue"),
+    [("ProcessMaxConcurrency", "ProcessQueue"), ("JoinMaxConcurrency", "JoinQueue")],
+)
+def test_the_process_triggers_cap_their_concurrency_within_lambda_s_range(
+    template: dict[str, Any], transformed: dict[str, Any], parameter: str, queue: str
 ) -> None:
-    # GIVEN the parameter and the process queue's event source mapping
-    spec = template["Parameters"]["ProcessMaxConcurrency"]
+    # GIVEN the parameter and the queue's event source mapping
+    spec = template["Parameters"][parameter]
     low, high = MAXIMUM_CONCURRENCY_RANGE
     # THEN the parameter accepts exactly Lambda's range, with a default inside it
     assert (spec["MinValue"], spec["MaxValue"]) == (low, high)
     assert low <= int(spec["Default"]) <= high
     for value in (str(low), str(high)):
-        stack = Stack(transformed, {"ProcessMaxConcurrency": value})
-        (mapping,) = mappings(stack, "ProcessFunction")
+        stack = Stack(transformed, {parameter: value})
+        (mapping,) = [
+            m
+            for m in mappings(stack, "ProcessFunction")
+            if m["EventSourceArn"] == stack.arn_of(queue)
+        ]
         # AND the mapping takes it as its ScalingConfig
         assert mapping["ScalingConfig"] == {"MaximumConcurrency": value}
 
