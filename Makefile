@@ -217,12 +217,13 @@ CHAOS_PARENTS ?= 200
 JOIN_FAULT_MEMBERS ?= 150
 HOT_PARENTS ?= 1000
 MAP_DEPENDENCIES ?= 1000
-# Last, issue 14's all-of join (tests/chaos/test_join_scale.py): JOIN_MEMBERS members named by
+# Last, the all-of join at scale (tests/chaos/test_join_scale.py): JOIN_MEMBERS members named by
 # a JSON Lines manifest (a quarter of them by {"url"}) through wait-for-join's dependencies_url,
-# registered in chunks of 100; each member runs exactly once (counted from the member state
-# machine's executions). Prints wall time, members/s, the parent's output and the join row's
-# size (about 0.15-0.2 s a member on 2 cores: some 6 minutes at 2,000).
-JOIN_MEMBERS ?= 2000
+# registered in chunks of 100 with the platform model on (a chained registration would be
+# stopped by Lambda's recursive-loop detection at its 17th chunk); each member runs exactly once
+# (counted from the member state machine's executions). Prints wall time, members/s, the
+# parent's output, the join row's size and the records loop detection stopped (none).
+JOIN_MEMBERS ?= 3000
 JOIN_ID_LENGTH ?= 61
 chaos: venv
 	DEPTRACK_CHAOS=1 DEPTRACK_CHAOS_SEED=$(CHAOS_SEED) DEPTRACK_CHAOS_PARENTS=$(CHAOS_PARENTS) \

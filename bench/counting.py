@@ -362,11 +362,18 @@ class InvocationStats:
 
 @dataclass
 class InvocationRecord:
-    """One invocation: its function, how many records it got, the tracker calls it made."""
+    """One invocation: its function, how many records it got, the tracker calls it made.
+
+    ``started`` and ``ended`` are ``time.perf_counter()`` readings (when the pump called
+    the handler and when it returned), to time a stretch of invocations such as a join's
+    registration.
+    """
 
     function: str
     records: int
     calls: dict[str, int]
+    started: float = 0.0
+    ended: float = 0.0
 
     @property
     def total(self) -> int:
@@ -436,7 +443,9 @@ class Invocations:
                     if isinstance(arn, str):
                         self.delivered.add(arn)
                     if self.keep_records:
-                        self._records.append(InvocationRecord(function, records, calls))
+                        self._records.append(
+                            InvocationRecord(function, records, calls, start, self.last_end)
+                        )
 
         return invoke
 

@@ -59,7 +59,10 @@ def local_stack(*, idle_pumps: bool = False) -> EmbeddedStack:
 
     With idle pumps every pump runs one (empty) round at start and then sleeps
     for an hour, so nothing but the caller touches moto. moto's definition
-    parsing is serialized first (:func:`serialize_asl_parsing`).
+    parsing is serialized first (:func:`serialize_asl_parsing`). The platform
+    model is always on, whatever ``DEPTRACK_PLATFORM`` says: what is measured is
+    what Lambda would let run (recursive-loop detection, the triggers' maximum
+    concurrency).
     """
     serialize_asl_parsing()
     return EmbeddedStack(
@@ -68,6 +71,7 @@ def local_stack(*, idle_pumps: bool = False) -> EmbeddedStack:
         poll_interval=3600.0 if idle_pumps else 0.05,
         default_max_concurrency=0,
         default_timeout_seconds=3600,
+        platform=True,
     )
 
 

@@ -11,8 +11,13 @@ The strict layer is on: AWS's limits (256 KiB output, 400 KB item, ...) hold.
 Checked from outside the tracker: the member state machine's own executions,
 listed and counted per payload (each member exactly one, none twice).
 
+The platform model is on too: Lambda's recursive-loop detection would stop a
+registration that chained its chunks (the 17th process invocation of one chain);
+the join message's invocation sends every chunk's message itself, so none is
+stopped, and each chunk is one invocation of the join queue's trigger.
+
 Runs only with ``DEPTRACK_CHAOS=1`` (``make chaos``). ``DEPTRACK_JOIN_MEMBERS``
-(default 2,000) and ``DEPTRACK_JOIN_ID_LENGTH`` (default 61, a typical cirrus
+(default 3,000) and ``DEPTRACK_JOIN_ID_LENGTH`` (default 61, a typical cirrus
 id) size it; CI runs a few hundred members with 700-character ids. Prints wall
 time, members/s, the parent's output size and the join row's size.
 """
@@ -122,7 +127,8 @@ def summary_lists(stack: LocalStack, summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_all_of_join_over_a_manifest(stack: LocalStack, capsys: pytest.CaptureFixture[str]) -> None:
-    count = int(os.environ.get("DEPTRACK_JOIN_MEMBERS", "2000"))
+    count = int(os.environ.get("DEPTRACK_JOIN_MEMBERS", "3000"))
+    assert stack.platform is not None, "the platform model is on (DEPTRACK_PLATFORM unset)"
     id_length = int(os.environ.get("DEPTRACK_JOIN_ID_LENGTH", "61"))
     items = [item_for_id_length("join", index, id_length) for index in range(count)]
     ids = [dependency_id(item) for item in items]
@@ -171,6 +177,12 @@ def test_all_of_join_over_a_manifest(stack: LocalStack, capsys: pytest.CaptureFi
     per_member = [runs[pid] for pid in ids]
     assert [pid for pid in ids if runs[pid] != 1] == [], Counter(per_member)
     assert stack.dead_letters == {"update-state": [], "callback": []}
+    # AND Lambda's recursive-loop detection stopped nothing: registration never chains
+    assert stack.platform.stopped == []
+    dlq = stack.client("sqs").get_queue_attributes(
+        QueueUrl=stack.outputs["ProcessDlqUrl"], AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    assert dlq["ApproximateNumberOfMessages"] == "0"
     by_url = len(range(0, count, BY_URL_EVERY))
     with capsys.disabled():
         print(  # noqa: T201  (make chaos shows the measurement)
@@ -180,5 +192,6 @@ def test_all_of_join_over_a_manifest(stack: LocalStack, capsys: pytest.CaptureFi
             f"parent output {output_bytes:,} bytes"
             f"{' (summary_url)' if 'summary_url' in summary else ' (lists inline)'}, "
             f"join row {row_bytes:,} bytes, executions per member "
-            f"min {min(per_member)} max {max(per_member)}"
+            f"min {min(per_member)} max {max(per_member)}, "
+            f"records stopped by loop detection {len(stack.platform.stopped)}"
         )

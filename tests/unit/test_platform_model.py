@@ -405,7 +405,7 @@ def test_reserved_concurrency_leaves_100_unreserved(
 def test_trigger_maximum_concurrency_is_2_to_1000(maximum: int, refused: bool) -> None:
     functions = platform.template_functions(_template(maximum=maximum))
 
-    assert platform.process_maximum_concurrency(functions) == maximum
+    assert platform.process_maximum_concurrency(functions, "Queue") == maximum
     if refused:
         with pytest.raises(platform.PlatformError, match=r"scalingConfig\.maximumConcurrency"):
             platform.check_concurrency(functions, account_concurrency=1000)
