@@ -188,10 +188,11 @@ check: lint test
 clean:
 	rm -rf $(VENV) $(CIRRUS_VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info src/*.egg-info
 
-# Benchmarks and cost model (docs/performance.md): about 30 minutes, writes bench/results.json.
-# Joins at scale run at 100, 1,000 and 2,000 members; BENCH_ARGS=--join-sizes=100,1000,2000,5000
-# adds 5,000 (about half an hour more on 2 cores). BENCH_ARGS="--only joins --merge" reruns one
-# section into the existing results.json (python -m bench --help).
+# Benchmarks and cost model (docs/performance.md): about an hour on 2 cores, writes
+# bench/results.json. Joins at scale run at 100, 1,000, 2,000 and 10,000 members with the
+# platform model on (the 10,000-member join alone takes 25 to 40 minutes);
+# BENCH_ARGS=--join-sizes=100,1000,2000 leaves it out. BENCH_ARGS="--only joins --merge" reruns
+# one section into the existing results.json (python -m bench --help).
 BENCH_ARGS ?=
 bench: venv
 	$(BIN)/python -m bench --output bench/results.json $(BENCH_ARGS)

@@ -374,6 +374,12 @@ class _Calibration:
             "sqs.SendMessage (tracker)",
             lambda _: self.sqs.send_message(QueueUrl=self.queue, MessageBody=chunk),
         )
+        # The join message's invocation sends the later chunks' messages ten at a time.
+        batch = [{"Id": str(i), "MessageBody": chunk} for i in range(10)]
+        self._time(
+            "sqs.SendMessageBatch",
+            lambda _: self.sqs.send_message_batch(QueueUrl=self.queue, Entries=batch),
+        )
         self._purge_queue()
 
     def _dynamodb(self) -> None:

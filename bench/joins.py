@@ -40,10 +40,21 @@ from bench import calibrate, history
 from bench.counting import PLUMBING, TRACKER, instrument, resolve_deferred
 from bench.patterns import DATA_PLUMBING
 from bench.profiling import ThreadCpu
-from bench.stack import CHILD, JOIN_MACHINE, local_stack, payload, wait_stopped, warm_interpreter
+from bench.stack import (
+    CHILD,
+    JOIN_MACHINE,
+    local_stack,
+    payload,
+    payload_id,
+    wait_stopped,
+    warm_interpreter,
+)
 from bench.stats import mean
+from dependency_tracker.limits import SQS_MAX_BATCH_ENTRIES
 from dependency_tracker.models import JOIN_COUNT_SHARDS
+from dependency_tracker.naming import execution_name
 from dependency_tracker.settings import ENV_JOIN_CHUNK_SIZE, get_settings
+from dependency_tracker.stores.joins import DEFAULT_CONCURRENCY as MEMBERSHIP_PUT_CONCURRENCY
 from dependency_tracker.stores.manifest import manifest_text
 
 if TYPE_CHECKING:
@@ -60,6 +71,16 @@ PARTITION_READ_UNITS_PER_S = 3000
 # throttling): 1,300 at once, refilled at 300 a second (800 and 150 elsewhere).
 START_EXECUTION_BUCKET = 1300
 START_EXECUTION_PER_S = 300
+START_EXECUTION_BUCKET_OTHER = 800
+START_EXECUTION_PER_S_OTHER = 150
+# The registration model on AWS (registration_on_aws): a join this large, these
+# JoinMaxConcurrency settings (the template's default first), against this goal.
+REGISTRATION_N = 100_000
+REGISTRATION_CONCURRENCIES = (2, 10, 20, 50)
+REGISTRATION_GOAL_S = 360.0
+PROCESS = "process"
+SEND_BATCH = "sqs.SendMessageBatch"
+GET_OBJECT = "s3.GetObject"
 # The tracker's own SQS sends (join_chunk messages) are plain client calls; the
 # name keeps them apart from the interpreter's sendMessage (a new client per task).
 TRACKER_SEND = "sqs.SendMessage (tracker)"
@@ -99,16 +120,7 @@ def run_size(
         sfn = stack.client("stepfunctions")
         dynamodb = stack.client("dynamodb")
         documents = [payload(f"{member_tag(n)}-{i:06d}", seconds=None) for i in range(n)]
-        body: dict[str, Any] = {"timeout_seconds": int(config.run_timeout) + 600}
-        if inline:
-            body["dependencies"] = documents
-        else:
-            bucket = str(stack.outputs["PayloadBucketName"])
-            key = f"manifests/{member_tag(n)}.jsonl"
-            stack.client("s3").put_object(
-                Bucket=bucket, Key=key, Body=manifest_text(documents).encode("utf-8")
-            )
-            body["dependencies_url"] = f"s3://{bucket}/{key}"
+        body, manifest = _join_input(stack, n, documents, inline=inline, config=config)
         tools.settle()
         tools.calls.drain()
         tools.invocations.drain()
@@ -116,7 +128,8 @@ def run_size(
         threads = ThreadCpu(interval=1.0)
         threads.start()
         cpu_started = _cpu_s()
-        started = time.monotonic()
+        # perf_counter: the clock the invocation records' timestamps are read from.
+        started = time.perf_counter()
         arn = sfn.start_execution(
             stateMachineArn=stack.outputs["StateMachines"][JOIN_MACHINE],
             name=member_tag(n),
@@ -127,7 +140,7 @@ def run_size(
             msg = f"join n={n} ended {described['status']}: {described.get('error')}"
             raise RuntimeError(msg)
         tools.settle(parent_arn=arn, timeout=config.run_timeout)
-        window_s = time.monotonic() - started
+        window_s = time.perf_counter() - started
         cpu_s = _cpu_s() - cpu_started
         profile = threads.stop()
         window = tools.calls.drain()
@@ -142,6 +155,8 @@ def run_size(
         tracker = window.capacity.get(TRACKER)
         units = _units(tracker, dynamodb, token_chars, n) if tracker is not None else {}
         child = _first_child(stack, sfn)
+        runs = runs_per_member(sfn, stack.outputs["StateMachines"][CHILD], documents)
+        platform = _platform(stack)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         result = {
             "n": n,
@@ -169,21 +184,139 @@ def run_size(
                 for name, stats in sorted(invocations.items())
             },
             "per_invocation": _per_invocation(records),
+            "registration": registration(records, started, n),
+            "manifest_bytes_per_member": round(len(manifest) / n, 1),
+            "runs_per_member": runs,
+            "platform": platform,
             "units": units,
             "summary_truncated": bool(summary.get("truncated")),
             "peak_rss_mib": round(peak, 1),
             "dead_letters": {key: len(value) for key, value in stack.dead_letters.items()},
+            "process_dlq_messages": _queue_depth(stack, "ProcessDlqUrl"),
             "pump_errors": stack.pump_errors,
         }
     result["per_member"] = per_member(result)
-    log(
+    log(_summary_line(result))
+    return result
+
+
+def _join_input(
+    stack: Any,
+    n: int,
+    documents: list[dict[str, Any]],
+    *,
+    inline: bool,
+    config: JoinScaleConfig,
+) -> tuple[dict[str, Any], bytes]:
+    """The parent's input, and the member list as a manifest (uploaded unless inline)."""
+    body: dict[str, Any] = {"timeout_seconds": int(config.run_timeout) + 600}
+    manifest = manifest_text(documents).encode("utf-8")
+    if inline:
+        body["dependencies"] = documents
+        return body, manifest
+    bucket = str(stack.outputs["PayloadBucketName"])
+    key = f"manifests/{member_tag(n)}.jsonl"
+    stack.client("s3").put_object(Bucket=bucket, Key=key, Body=manifest)
+    body["dependencies_url"] = f"s3://{bucket}/{key}"
+    return body, manifest
+
+
+def _summary_line(result: dict[str, Any]) -> str:
+    n, wall_s = result["n"], result["wall_s"]
+    registered, runs, platform = (
+        result["registration"],
+        result["runs_per_member"],
+        result["platform"],
+    )
+    return (
         f"  join n={n}: {wall_s:.1f} s ({n / wall_s:.1f} members/s), "
         f"{result['per_member']['tracker_calls']:.2f} tracker calls and "
         f"{result['per_member']['write_units']:.2f} write units per member, "
         f"at most {result['per_invocation'].get('process', {}).get('max_calls', 0)} calls "
-        f"in one process invocation; peak RSS {peak:.0f} MiB"
+        f"in one process invocation; registered in {registered.get('seconds', 0.0):.1f} s "
+        f"({registered.get('process_invocations', 0)} process invocations); members run "
+        f"{runs['min']} to {runs['max']} times ({runs['other_executions']} other executions); "
+        f"{platform['stopped_by_loop_detection']} records stopped by loop detection "
+        f"(platform model {'on' if platform['modelled'] else 'OFF'}); "
+        f"peak RSS {result['peak_rss_mib']:.0f} MiB"
     )
-    return result
+
+
+def registration(records: list[InvocationRecord], started: float, n: int) -> dict[str, Any]:
+    """The join's registration, from its process invocations (the only ones a join run has).
+
+    The first is the join message's: it reads the member list, sends every later
+    chunk's ``join_chunk`` message and registers chunk 0; each later one registers
+    one chunk. ``seconds`` runs from the join message's delivery to the end of the
+    last chunk's invocation (its chunk recorded). Locally the stack runs one handler
+    at a time, so chunks interleave with the members' own update-state and callback
+    invocations: the time is the embedded engine's, not AWS's (``registration_on_aws``).
+    """
+    process = sorted((r for r in records if r.function == PROCESS), key=lambda r: r.started)
+    if not process:
+        return {}
+    first, chunks = process[0], process[1:]
+    names = sorted({name for record in chunks for name in record.calls})
+    seconds = max(record.ended for record in process) - first.started
+    return {
+        "from_parent_start_s": round(first.started - started, 2),
+        "seconds": round(seconds, 2),
+        "members_per_s": round(n / seconds, 2) if seconds else None,
+        "process_invocations": len(process),
+        "fan_out_s": round(first.ended - first.started, 2),
+        "fan_out_calls": dict(sorted(first.calls.items())),
+        "chunk_invocations": len(chunks),
+        "chunk_calls_mean": round(mean([float(r.total) for r in chunks]) or 0.0, 2),
+        "chunk_calls_max": max((r.total for r in chunks), default=0),
+        "chunk_calls_by_call": {
+            name: round(mean([float(r.calls.get(name, 0)) for r in chunks]) or 0.0, 3)
+            for name in names
+        },
+    }
+
+
+def runs_per_member(sfn: Any, machine_arn: str, documents: list[dict[str, Any]]) -> dict[str, int]:
+    """How often each member ran, from the member state machine's own executions.
+
+    An execution is named after its payload and attempt (``execution_name``): each
+    member should have exactly one, its attempt 1, and no other execution should exist.
+    """
+    expected = {execution_name(payload_id(document), 1) for document in documents}
+    runs: Counter[str] = Counter()
+    others = 0
+    for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=machine_arn):
+        for execution in page["executions"]:
+            if execution["name"] in expected:
+                runs[execution["name"]] += 1
+            else:
+                others += 1
+    counts = [runs[name] for name in expected]
+    return {
+        "min": min(counts, default=0),
+        "max": max(counts, default=0),
+        "not_once": sum(1 for count in counts if count != 1),
+        "other_executions": others,
+    }
+
+
+def _platform(stack: Any) -> dict[str, Any]:
+    """Whether Lambda's guards were modelled, what they stopped, the triggers' concurrency."""
+    model = stack.platform
+    return {
+        "modelled": model is not None,
+        "stopped_by_loop_detection": len(model.stopped) if model is not None else 0,
+        "process_max_concurrency": getattr(stack.pumps["sqs"], "maximum_concurrency", None),
+        "join_max_concurrency": getattr(stack.pumps["joins"], "maximum_concurrency", None),
+        "join_peak_concurrency": getattr(stack.pumps["joins"], "peak_concurrency", None),
+    }
+
+
+def _queue_depth(stack: Any, output: str) -> int:
+    attributes = stack.client("sqs").get_queue_attributes(
+        QueueUrl=stack.outputs[output],
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return sum(int(value) for value in attributes.values())
 
 
 def _cpu_s() -> float:
@@ -481,6 +614,129 @@ def model(
     }
 
 
+# ------------------------------------------------------------------ registration on AWS
+
+CASES = ("fast", "slow")
+
+
+def registration_on_aws(result: dict[str, Any], assumptions: dict[str, Any]) -> dict[str, Any]:
+    """A ``REGISTRATION_N``-member join's registration time on AWS, from a run's counted calls.
+
+    A chunk's invocation makes the calls a chunk made in the run (the mean over its
+    chunk invocations), each at an assumed latency plus the client's CPU, one after
+    the other except the membership puts (``MEMBERSHIP_PUT_CONCURRENCY`` at once):
+    ``m`` members a second per invocation. The join message's invocation first
+    starts cold, reads and scans the manifest once and sends one ``SendMessageBatch``
+    per 10 later chunks. Then, per ``JoinMaxConcurrency`` c and region::
+
+        seconds = max(n / (c m), (n - bucket) / refill) + fan-out
+
+    valid while the starts asked for, c m a second, leave the ``StartExecution``
+    bucket something to the end (c m <= refill n / (n - bucket)); past that, starts
+    are throttled, and a chunk whose start is still refused after botocore's retries
+    comes back only after the join queue's visibility timeout. Two cases: every
+    assumption at its fast end, and every one at its slow end.
+    """
+    registered = result.get("registration") or {}
+    per_chunk: dict[str, float] = registered.get("chunk_calls_by_call") or {}
+    if not per_chunk:
+        return {}
+    n, chunk_size = REGISTRATION_N, int(result["chunk_size"])
+    chunks = math.ceil(n / chunk_size)
+    sends = math.ceil((chunks - 1) / SQS_MAX_BATCH_ENTRIES)
+    latency: dict[str, list[float]] = assumptions["latency_ms"]
+    cpu: list[float] = assumptions["client_cpu_ms_per_call"]
+    regions = {
+        "large_regions": (START_EXECUTION_BUCKET, START_EXECUTION_PER_S),
+        "other_regions": (START_EXECUTION_BUCKET_OTHER, START_EXECUTION_PER_S_OTHER),
+    }
+    cases: dict[str, dict[str, Any]] = {}
+    rows: list[dict[str, Any]] = []
+    for index, case in enumerate(CASES):
+        chunk_ms = sum(
+            count * (latency[name.split(".")[0]][index] + cpu[index])
+            for name, count in per_chunk.items()
+        )
+        # The membership puts overlap (the CPU does not: one vCPU share, one GIL).
+        chunk_ms -= chunk_size * latency["dynamodb"][index] * (1 - 1 / MEMBERSHIP_PUT_CONCURRENCY)
+        per_invocation = chunk_size / (chunk_ms / 1000)
+        manifest_mb = n * assumptions["manifest_bytes_per_member"][index] / 1e6
+        fan_out_s = (
+            assumptions["cold_start_s"][index]
+            + (latency["s3"][index] + cpu[index]) / 1000
+            + manifest_mb / assumptions["manifest_read_mb_per_s"][index]
+            + sends * (latency["sqs"][index] + cpu[index]) / 1000
+        )
+        cases[case] = {
+            "chunk_s": round(chunk_ms / 1000, 2),
+            "members_per_s_per_invocation": round(per_invocation, 1),
+            "manifest_mb": round(manifest_mb, 1),
+            "fan_out_s": round(fan_out_s, 2),
+        }
+        for name, (bucket, refill) in regions.items():
+            cases[case][name] = _concurrency_window(
+                n, per_invocation=per_invocation, fan_out_s=fan_out_s, bucket=bucket, refill=refill
+            )
+        for concurrency in REGISTRATION_CONCURRENCIES:
+            asked = concurrency * per_invocation
+            row: dict[str, Any] = {
+                "join_max_concurrency": concurrency,
+                "case": case,
+                "members_per_s": round(asked, 1),
+                "by_invocations_s": round(n / asked, 1),
+            }
+            for name, (bucket, refill) in regions.items():
+                seconds = max(n / asked, (n - bucket) / refill) + fan_out_s
+                throttled = asked > refill * n / (n - bucket)
+                row[name] = {
+                    "by_start_execution_s": round((n - bucket) / refill, 1),
+                    "seconds": round(seconds, 1),
+                    "throttled": throttled,
+                    "meets_goal": seconds <= REGISTRATION_GOAL_S and not throttled,
+                }
+            rows.append(row)
+    return {
+        "n": n,
+        "chunk_size": chunk_size,
+        "chunks": chunks,
+        "send_message_batch_calls": sends,
+        "counted_at_n": result["n"],
+        "chunk_calls": per_chunk,
+        "chunk_calls_total": round(sum(per_chunk.values()), 2),
+        "fan_out_calls_counted": registered.get("fan_out_calls", {}),
+        "membership_put_concurrency": MEMBERSHIP_PUT_CONCURRENCY,
+        "assumptions": assumptions,
+        "start_execution": {
+            name: {"bucket": bucket, "refill_per_s": refill}
+            for name, (bucket, refill) in regions.items()
+        },
+        "goal_s": REGISTRATION_GOAL_S,
+        "cases": cases,
+        "rows": rows,
+    }
+
+
+def _concurrency_window(
+    n: int,
+    *,
+    per_invocation: float,
+    fan_out_s: float,
+    bucket: int,
+    refill: int,
+    goal_s: float = REGISTRATION_GOAL_S,
+) -> dict[str, Any]:
+    """The ``JoinMaxConcurrency`` settings that meet the goal unthrottled (None: none does)."""
+    unthrottled = math.floor(refill * n / (n - bucket) / per_invocation)
+    needed = math.ceil(n / (per_invocation * (goal_s - fan_out_s))) if goal_s > fan_out_s else None
+    floor_s = (n - bucket) / refill + fan_out_s
+    meets = needed is not None and needed <= unthrottled and floor_s <= goal_s
+    return {
+        "least_meeting_goal": max(needed, 2) if meets and needed is not None else None,
+        "most_unthrottled": unthrottled,
+        "fastest_s": round(floor_s, 1),
+    }
+
+
 SHARD_MEAN = "count shard, even share"
 
 
@@ -545,8 +801,9 @@ def cost_row(result: dict[str, Any]) -> dict[str, Any]:
     sizes = result["sqs_message_bytes"]
     per = result["per_member"]
     units = result["units"]
-    # The parent's message and the tracker's join_chunk messages (both well under 64 KB).
-    messages = len(sizes) + result["calls"]["tracker"].get("sqs.SendMessage", 0)
+    # The parent's message and one join_chunk message per later chunk (well under 64 KB;
+    # the join message's invocation sends them ten to a SendMessageBatch).
+    messages = len(sizes) + max(int(result["chunks"]) - 1, 0)
     return {
         "pattern": "join",
         "n": n,

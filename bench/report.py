@@ -400,6 +400,88 @@ def join_calls(results: dict[str, Any]) -> str:
     return _table(["function", "call", *[f"n = {row['n']:,}" for row in done]], rows)
 
 
+def join_registration(results: dict[str, Any]) -> str:
+    """Each join's registration on the embedded stack, and what the platform model saw."""
+    rows = []
+    for row in results["joins"]["sizes"]:
+        registered = row.get("registration")
+        if "error" in row or not registered:
+            continue
+        runs, platform = row["runs_per_member"], row["platform"]
+        fan_out = registered["fan_out_calls"]
+        rows.append(
+            [
+                row["n"],
+                registered["seconds"],
+                registered["members_per_s"],
+                registered["process_invocations"],
+                sum(fan_out.values()),
+                fan_out.get("sqs.SendMessageBatch", 0),
+                registered["chunk_calls_mean"],
+                registered["chunk_calls_max"],
+                f"{runs['min']}-{runs['max']} ({runs['other_executions']} other)",
+                platform["stopped_by_loop_detection"] if platform["modelled"] else "model off",
+                platform["join_peak_concurrency"],
+            ]
+        )
+    header = [
+        "n",
+        "registration (s)",
+        "members/s",
+        "process invocations",
+        "join message's calls",
+        "its SendMessageBatch",
+        "calls per chunk invocation (mean)",
+        "(max)",
+        "runs per member",
+        "stopped by loop detection",
+        "chunks at once (peak)",
+    ]
+    return _table(header, rows)
+
+
+def registration_on_aws(results: dict[str, Any]) -> str:
+    """The modelled registration time of a large join on AWS, per JoinMaxConcurrency."""
+    model = results["joins"].get("model", {}).get("registration_on_aws") or {}
+    if not model:
+        return "(no chunk invocations measured)"
+    rows = []
+    for row in model["rows"]:
+        large, other = row["large_regions"], row["other_regions"]
+        rows.append(
+            [
+                row["join_max_concurrency"],
+                row["case"],
+                row["members_per_s"],
+                round(large["seconds"] / 60, 1),
+                "throttled" if large["throttled"] else ("yes" if large["meets_goal"] else "no"),
+                round(other["seconds"] / 60, 1),
+                "throttled" if other["throttled"] else ("yes" if other["meets_goal"] else "no"),
+            ]
+        )
+    header = [
+        "JoinMaxConcurrency",
+        "latencies",
+        "members/s started",
+        "minutes (1,300 / 300 a s)",
+        "<= goal",
+        "minutes (800 / 150 a s)",
+        "<= goal",
+    ]
+    cases = "; ".join(
+        f"{case}: {c['chunk_s']} s a chunk, {c['members_per_s_per_invocation']} members/s an "
+        f"invocation, fan-out {c['fan_out_s']} s, goal met with JoinMaxConcurrency "
+        f"{c['large_regions']['least_meeting_goal']} to {c['large_regions']['most_unthrottled']}"
+        for case, c in model["cases"].items()
+    )
+    return (
+        _table(header, rows) + f"\n\nn = {model['n']:,} in {model['chunks']:,} chunks, "
+        f"{model['chunk_calls_total']} calls a chunk (counted at n = {model['counted_at_n']:,}), "
+        f"{model['send_message_batch_calls']} SendMessageBatch calls; goal "
+        f"{model['goal_s'] / 60:g} minutes. {cases}."
+    )
+
+
 def join_model(results: dict[str, Any]) -> str:
     """Derived counts at large n, and the hot-partition ceiling."""
     model = results["joins"]["model"]
@@ -538,9 +620,13 @@ def render(results: dict[str, Any]) -> str:
             joins(results),
             "### Tracker calls per member",
             join_calls(results),
+            "### Registration (embedded stack, platform model on)",
+            join_registration(results),
         ]
         if "model" in results["joins"]:
             parts += [
+                "### Registration time on AWS (model)",
+                registration_on_aws(results),
                 "### Derived per join, and the hot partition",
                 join_model(results),
                 "### Join cost per million edges (USD)",

@@ -11,10 +11,6 @@ import hashlib
 import re
 
 MAX_NAME_LENGTH = 80
-# The stack's own parent state machines ("{prefix}-{name}"): inside the "{prefix}-*" the
-# process function may start, but never a payload's workflow. Started as one, a parent
-# would send its payload's own contents back to the process queue as waits and joins.
-TRACKER_WORKFLOWS = frozenset({"wait-for-dependencies", "wait-for-join"})
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 _SLUG_LENGTH = 40
 _DIGEST_LENGTH = 24

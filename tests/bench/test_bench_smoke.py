@@ -33,6 +33,7 @@ TARGETS = {
     "update_state_waiters",
     "join_write_units",
     "join_calls_per_invocation",
+    "join_platform",
     "join_wall_vs_bound",
 }
 
@@ -130,10 +131,27 @@ def test_joins_are_counted_per_member_and_per_invocation(results):
         assert shards
         assert row["per_member"]["write_units"] > 0
         assert row["ratio"]["calls"] > 0
+        # the platform model was on, stopped nothing, and each member ran exactly once
+        assert row["platform"]["modelled"]
+        assert row["platform"]["stopped_by_loop_detection"] == 0
+        assert row["runs_per_member"] == {"min": 1, "max": 1, "not_once": 0, "other_executions": 0}
+        # one process invocation per chunk: the join message's (it sends the others) and theirs
+        registration = row["registration"]
+        assert registration["process_invocations"] == row["chunks"]
+        assert registration["fan_out_calls"]["sqs.SendMessageBatch"] == 1
+        assert 0 < registration["chunk_calls_max"] <= bound
     model = section["model"]
     derived = {str(n) for n in config.derived_sizes}
     assert set(model["derived"]["totals"]["tracker_calls"]) == derived
     assert model["hot_partitions"]["members_per_s_per_join"] > 0
+    aws = model["registration_on_aws"]
+    assert [row["join_max_concurrency"] for row in aws["rows"] if row["case"] == "fast"] == [
+        2,
+        10,
+        20,
+        50,
+    ]
+    assert all(row["large_regions"]["seconds"] > 0 for row in aws["rows"])
     assert len(section["costs"]) == len(rows) + len(config.derived_sizes)
     assert section["calibration"]["per_call_ms"]["dynamodb.TransactWriteItems@dependency"] > 0
 

@@ -551,9 +551,10 @@ class ChaosRun:
         self._setup_express(sqs)
         self._instrument()
         self._plan_join_faults()
-        clients.client("sqs").meta.events.register(
-            "before-parameter-build.sqs.SendMessage", self._on_send
-        )
+        for operation in ("SendMessage", "SendMessageBatch"):
+            clients.client("sqs").meta.events.register(
+                f"before-parameter-build.sqs.{operation}", self._on_send
+            )
 
     def _setup_express(self, sqs: Any) -> None:
         """The stack's Express workflow and the status-report queue it reports on."""
@@ -919,12 +920,19 @@ class ChaosRun:
         self.aws.s3.put_object(Bucket=self._bucket, Key=key, Body=text.encode("utf-8"))
 
     def _on_send(self, params: dict[str, Any], **_: Any) -> None:
-        """``join_id_reuse``: as the owner's registration sends its second chunk on, the other
-        parent's join goes to the queue first, so it is read while the owner's list still is."""
+        """``join_id_reuse``: as the owner's registration sends its chunks on (chunk 1's
+        message, one SendMessageBatch entry), the other parent's join goes to the queue
+        first, so it is read while the owner's list still is."""
         if not self.intrusions or not self.injector.enabled:
             return
+        bodies = [params.get("MessageBody", "")]
+        bodies += [entry.get("MessageBody", "") for entry in params.get("Entries", [])]
+        for text in bodies:
+            self._intrude_before(str(text))
+
+    def _intrude_before(self, text: str) -> None:
         try:
-            body = json.loads(str(params.get("MessageBody", "")))
+            body = json.loads(text)
         except ValueError:
             return
         chunk = body.get("join_chunk") if isinstance(body, dict) else None

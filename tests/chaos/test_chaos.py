@@ -160,6 +160,7 @@ def test_every_fault_kind_is_known() -> None:
         "callback_storm",
         "join_id_reuse",
         "manifest_overwrite",
+        "parent_send_throttled",
     }
 
 

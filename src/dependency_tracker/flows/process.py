@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Self
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from dependency_tracker import naming
 from dependency_tracker.clients import client
 from dependency_tracker.errors import (
     InvalidMessageError,
@@ -509,13 +508,6 @@ class ProcessFlow:
         if self.cirrus is not None:
             self.cirrus.check_runnable(payload, task_token)
             return
-        if payload.workflow in naming.TRACKER_WORKFLOWS:
-            raise InvalidMessageError(
-                f"workflow {payload.workflow!r} is one of the tracker's own parent state "
-                "machines, not a workflow a payload may run",
-                task_token=task_token,
-                payload_id=payload.id,
-            )
         self.runs.check_startable(payload, task_token)
 
 
