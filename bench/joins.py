@@ -588,7 +588,8 @@ def model(
             )
             for name in names
         },
-        # Bounded by design (a chunk, a status change): the most measured, at any n.
+        # Bounded by design (a chunk, a status change): the most measured, at any n; but
+        # the join message's invocation sends one SendMessageBatch per 10 later chunks.
         "max_calls_per_invocation": {
             function: dict.fromkeys(
                 (str(n) for n in derived_sizes),
@@ -596,11 +597,15 @@ def model(
             )
             for function in ("process", "update-state")
         },
+        "join_message_invocation_calls": _join_message_calls(largest, derived_sizes),
         "decision_invocation_calls": _derive(
             series(lambda r: r["per_invocation"].get("decision", {}).get("calls", 0)),
             derived_sizes,
         ),
     }
+    process_max = derived["max_calls_per_invocation"]["process"]
+    for n, calls in derived["join_message_invocation_calls"].items():
+        process_max[n] = max(process_max[n], calls)
     per_member = {
         key: {n: round(value / int(n), 4) for n, value in by_n.items()}
         for key, by_n in derived["totals"].items()
@@ -734,6 +739,19 @@ def _concurrency_window(
         "least_meeting_goal": max(needed, 2) if meets and needed is not None else None,
         "most_unthrottled": unthrottled,
         "fastest_s": round(floor_s, 1),
+    }
+
+
+def _join_message_calls(result: dict[str, Any], sizes: tuple[int, ...]) -> dict[str, int]:
+    """The join message's invocation at ``sizes``: as measured, with a send per 10 chunks."""
+    fan_out: dict[str, int] = (result.get("registration") or {}).get("fan_out_calls") or {}
+    if not fan_out:
+        return {}
+    base = sum(fan_out.values()) - fan_out.get(SEND_BATCH, 0)
+    chunk_size = int(result["chunk_size"])
+    return {
+        str(n): base + math.ceil((math.ceil(n / chunk_size) - 1) / SQS_MAX_BATCH_ENTRIES)
+        for n in sizes
     }
 
 

@@ -494,6 +494,12 @@ def join_model(results: dict[str, Any]) -> str:
     )
     rows.append(
         [
+            "calls of the join message's invocation",
+            *[derived.get("join_message_invocation_calls", {}).get(n) for n in sizes],
+        ]
+    )
+    rows.append(
+        [
             "calls of the deciding invocation",
             *[derived["decision_invocation_calls"][n] for n in sizes],
         ]

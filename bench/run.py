@@ -38,7 +38,7 @@ DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results.json"
 PACKAGES = ("moto", "boto3", "botocore", "aws-lambda-powertools", "pydantic")
 SECTIONS = ("patterns", "throughput", "calibration", "handlers", "joins")
 TARGET_JOIN_N = 100
-# Issue 14: write units per edge at these n (measured or derived), equal within 5 %.
+# The join's targets: write units per edge at these n (measured or derived), equal within 5 %.
 JOIN_UNIT_SIZES = (100, 1000, 10_000)
 JOIN_FLAT_TOLERANCE = 1.05
 JOIN_BOUND_RATIO = 0.5
@@ -303,7 +303,7 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _join_targets(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issue 14's targets: constant units per edge, bounded invocations, linear wall time."""
+    """The join's targets: constant units per edge, bounded invocations, linear wall time."""
     done = [row for row in section.get("sizes", []) if "error" not in row]
     if not done or "model" not in section:
         return []
