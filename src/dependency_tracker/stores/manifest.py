@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from botocore.response import StreamingBody
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import GetObjectOutputTypeDef
 
 # The manifest cannot be read, and retrying will not change that.
 _UNREADABLE_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "AccessDenied", "404", "403"})
@@ -146,16 +147,9 @@ class ManifestReader:
         bucket, key = _split_url(url)
         pinned = version.pinned() if version is not None else Pinned()
         try:
-            response = self._s3.get_object(
-                Bucket=bucket, Key=key, Range=f"bytes={offset}-", **pinned
-            )
+            response = self._get(url, offset, version)
         except ClientError as exc:
-            code = _code(exc)
-            if code in _CHANGED_CODES:
-                raise _changed(url, version, code) from exc
-            if code in _UNREADABLE_CODES:
-                raise _invalid(f"manifest {url} cannot be read: {code}") from exc
-            if code != _INVALID_RANGE:
+            if _code(exc) != _INVALID_RANGE:
                 raise
             if offset == 0:  # an empty object
                 raise _invalid(f"manifest {url} has no entry") from exc
@@ -191,20 +185,7 @@ class ManifestReader:
         if limit < 1:
             msg = f"limit must be at least 1, not {limit}"
             raise ValueError(msg)
-        bucket, key = _split_url(url)
-        pinned = version.pinned() if version is not None else Pinned()
-        try:
-            response = self._s3.get_object(
-                Bucket=bucket, Key=key, Range=f"bytes={offset}-", **pinned
-            )
-        except ClientError as exc:
-            code = _code(exc)
-            if code in _CHANGED_CODES:
-                raise _changed(url, version, code) from exc
-            if code in _UNREADABLE_CODES:
-                raise _invalid(f"manifest {url} cannot be read: {code}") from exc
-            raise
-        body = response["Body"]
+        body = self._get(url, offset, version)["Body"]
         starts = [offset]
         try:
             window = _Window(body, offset, self._block_bytes)
@@ -221,6 +202,25 @@ class ManifestReader:
                 starts.append(piece.next_offset)
         finally:
             body.close()
+
+    def _get(self, url: str, offset: int, version: ObjectVersion | None) -> GetObjectOutputTypeDef:
+        """``GetObject`` from ``offset`` on (only ``version``, when given).
+
+        Raises:
+            InvalidMessageError: The manifest changed or cannot be read (not retryable).
+            ClientError: Any other S3 failure (``InvalidRange``, throttling, 5xx), unchanged.
+        """
+        bucket, key = _split_url(url)
+        pinned = version.pinned() if version is not None else Pinned()
+        try:
+            return self._s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={offset}-", **pinned)
+        except ClientError as exc:
+            code = _code(exc)
+            if code in _CHANGED_CODES:
+                raise _changed(url, version, code) from exc
+            if code in _UNREADABLE_CODES:
+                raise _invalid(f"manifest {url} cannot be read: {code}") from exc
+            raise
 
     def _check_unchanged(
         self,

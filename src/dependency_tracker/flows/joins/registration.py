@@ -336,9 +336,7 @@ class JoinRegistration:
         self, position: Position, first_index: int, token: str | None
     ) -> tuple[list[ProcessPayload], Position | None, ObjectVersion]:
         """One chunk from ``position``: its payloads, the rest, and the version read."""
-        if self._manifests is None:  # built on first use: most joins never read one
-            self._manifests = ManifestReader(self._bucket.client)
-        piece = self._manifests.read(
+        piece = self._reader().read(
             position.url, offset=position.offset, limit=self.chunk_size, version=position.version
         )
         payloads = read_members(
@@ -350,6 +348,11 @@ class JoinRegistration:
         )
         rest = None if piece.end else Position(position.url, piece.next_offset, piece.version)
         return payloads, rest, piece.version
+
+    def _reader(self) -> ManifestReader:
+        if self._manifests is None:  # built on first use: most joins never read one
+            self._manifests = ManifestReader(self._bucket.client)
+        return self._manifests
 
     def _continues(self) -> bool:
         return self._bucket.writable and self._sqs is not None and self._queue_url is not None
@@ -417,10 +420,8 @@ class JoinRegistration:
 
     def _chunk_starts(self, join: JoinItem, rest: Position) -> list[Position]:
         """Where each chunk after the first starts: one pass over the rest of the list."""
-        if self._manifests is None:
-            self._manifests = ManifestReader(self._bucket.client)
         try:
-            offsets = self._manifests.chunk_starts(
+            offsets = self._reader().chunk_starts(
                 rest.url, offset=rest.offset, limit=self.chunk_size, version=rest.version
             )
         except InvalidMessageError as exc:
