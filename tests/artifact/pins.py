@@ -57,7 +57,11 @@ def installed_closure(roots: list[Requirement]) -> set[str]:
         if key in seen:
             continue
         seen.add(key)
-        for spec in importlib.metadata.requires(requirement.name) or []:
+        try:
+            specs = importlib.metadata.requires(requirement.name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue  # not installed here, so nothing imported it
+        for spec in specs:
             dependency = Requirement(spec)
             extras = requirement.extras or {""}
             if dependency.marker is None or any(

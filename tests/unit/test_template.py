@@ -56,6 +56,7 @@ from dependency_tracker.models.outputs import CALLBACK_OUTPUTS_PREFIX
 from dependency_tracker.stores import StateTable
 from dependency_tracker.stores import schema as table_schema
 from dependency_tracker.stores.sweeps import CURSOR_KEY, SweepCursor
+from tests.artifact.pins import installed_closure
 from tests.conftest import load_event, payload, wait_until
 from tests.unit.handlers.conftest import sqs_event
 from tests.unit.template_contract import iam, markdown
@@ -230,7 +231,7 @@ def test_handlers_import_from_code_uri_and_need_only_the_runtime_dependencies(
     # WHEN a fresh interpreter imports them from there, with no tracker settings and
     # with every installed library that src/requirements.txt does not bring hidden
     # (as in the Lambda package: no moto, typer, rich, PyYAML, ...)
-    shipped = dependency_closure(runtime_requirements())
+    shipped = installed_closure(runtime_requirements())
     hidden = sorted(
         module
         for module, names in importlib.metadata.packages_distributions().items()
@@ -274,31 +275,6 @@ def test_handlers_import_from_code_uri_and_need_only_the_runtime_dependencies(
 def runtime_requirements() -> list[Requirement]:
     lines = (ROOT / "src" / "requirements.txt").read_text().splitlines()
     return [Requirement(line) for line in (raw.partition("#")[0].strip() for raw in lines) if line]
-
-
-def dependency_closure(requirements: list[Requirement]) -> set[str]:
-    """Names of the distributions ``requirements`` install (transitively, with extras)."""
-    seen: set[str] = set()
-    pending = list(requirements)
-    while pending:
-        requirement = pending.pop()
-        name = canonicalize_name(requirement.name)
-        key = f"{name}[{','.join(sorted(requirement.extras))}]"
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            specs = importlib.metadata.requires(requirement.name) or []
-        except importlib.metadata.PackageNotFoundError:
-            continue  # not installed here, so nothing imported it
-        for spec in specs:
-            dependency = Requirement(spec)
-            extras = requirement.extras or {""}
-            if dependency.marker is None or any(
-                dependency.marker.evaluate({"extra": extra}) for extra in extras
-            ):
-                pending.append(dependency)
-    return {key.partition("[")[0] for key in seen}
 
 
 def test_runtime_requirements_pin_each_project_dependency() -> None:
