@@ -68,10 +68,8 @@ from tests.unit.template_contract.cfn import (
     ROOT,
     TEMPLATE_PATH,
     Stack,
-    load_template,
     referenced_ids,
 )
-from tests.unit.template_contract.transformed import transformed_template
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -121,20 +119,9 @@ SFN_SERVICE_STATEMENTS = {
 # (joins/<sha256 of join_id>/<sha256 of token>/members.jsonl).
 
 
-@pytest.fixture(scope="module")
-def template() -> dict[str, Any]:
-    return load_template()
-
-
 @pytest.fixture
 def stack(template: dict[str, Any]) -> Stack:
     return Stack(template)
-
-
-@pytest.fixture(scope="module")
-def transformed() -> dict[str, Any]:
-    """The template after the SAM transform (template_contract.transformed)."""
-    return transformed_template()
 
 
 def setting_variables(function: str | None = None) -> set[str]:

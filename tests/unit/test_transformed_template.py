@@ -19,8 +19,8 @@ import pytest
 
 from dependency_tracker.filters import CALLBACK_STREAM_FILTER, update_state_event_pattern
 from tests.unit.template_contract import iam
-from tests.unit.template_contract.cfn import ACCOUNT, Stack, load_template, referenced_ids
-from tests.unit.template_contract.transformed import transform, transformed_template
+from tests.unit.template_contract.cfn import ACCOUNT, Stack, referenced_ids
+from tests.unit.template_contract.transformed import transform
 from tests.unit.test_template import (
     DESTINATION_ACTIONS,
     EVERYTHING_ON,
@@ -73,16 +73,6 @@ PARAMETER_SETS = [
         id="other-stack",
     ),
 ]
-
-
-@pytest.fixture(scope="session")
-def transformed() -> dict[str, Any]:
-    return transformed_template()
-
-
-@pytest.fixture(scope="module")
-def template() -> dict[str, Any]:
-    return load_template()
 
 
 def mappings(stack: Stack, function: str) -> list[dict[str, Any]]:

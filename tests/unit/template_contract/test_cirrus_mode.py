@@ -40,10 +40,9 @@ from tests.unit.template_contract.cfn import (
     ROOT,
     TEMPLATE_PATH,
     Stack,
-    load_template,
     referenced_ids,
 )
-from tests.unit.template_contract.transformed import transform, transformed_template
+from tests.unit.template_contract.transformed import transform
 from tests.unit.test_template import (
     EVERYTHING_ON,
     FUNCTIONS,
@@ -115,16 +114,6 @@ PROGRESS_EVENT_TYPES = {
 SNS_FILTER_MAX_KEYS = 5
 SNS_FILTER_MAX_COMBINATIONS = 150
 SNS_FILTER_MAX_BYTES = 256 * 1024
-
-
-@pytest.fixture(scope="module")
-def template() -> dict[str, Any]:
-    return load_template()
-
-
-@pytest.fixture(scope="module")
-def transformed() -> dict[str, Any]:
-    return transformed_template()
 
 
 def cirrus_names(stack: Stack) -> dict[str, str]:

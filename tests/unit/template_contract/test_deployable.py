@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.template_contract.cfn import Stack, load_template
-from tests.unit.template_contract.transformed import transformed_template
+from tests.unit.template_contract.cfn import Stack
 from tests.unit.test_template import EVERYTHING_ON, environment
 from tests.unit.test_transformed_template import mappings
 
@@ -35,16 +34,6 @@ MODES = [
     pytest.param(EVERYTHING_ON, id="everything-on"),
 ]
 EXAMPLES = {"SimulateStateMachine", "SimulateExpressStateMachine"}
-
-
-@pytest.fixture(scope="module")
-def template() -> dict[str, Any]:
-    return load_template()
-
-
-@pytest.fixture(scope="module")
-def transformed() -> dict[str, Any]:
-    return transformed_template()
 
 
 def deployed(stack: Stack, kind: str | None = None, section: str = "Resources") -> set[str]:
