@@ -35,7 +35,8 @@ PACKAGE = ROOT / "src" / "dependency_tracker"
 PYTHON_VERSION = (3, 13)
 PLATFORM = "manylinux2014_aarch64"
 # Top-level parts of the package the Lambda handlers never import (the contract test in
-# tests/unit/test_template.py imports every handler with their libraries hidden).
+# tests/unit/template_contract/test_functions_and_code.py imports every handler with their
+# libraries hidden).
 NOT_SHIPPED = frozenset({"local", "cli", "demo.py", "demo_cirrus.py"})
 # Where Lambda unpacks the code (its LAMBDA_TASK_ROOT).
 LAMBDA_TASK_ROOT = "/var/task"

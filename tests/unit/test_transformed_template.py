@@ -1,8 +1,8 @@
 """Contract tests on the template as CloudFormation receives it: after the SAM transform.
 
-``test_template.py`` reads ``template.yaml`` as written and models what SAM makes of it
-(``template_contract.cfn`` merges ``Globals``; ``template_contract.iam`` models the roles
-SAM builds). Here the SAM translator itself transforms the template, offline
+The modules of ``template_contract`` read ``template.yaml`` as written and model what SAM
+makes of it (``template_contract.cfn`` merges ``Globals``; ``template_contract.iam`` models
+the roles SAM builds). Here the SAM translator itself transforms the template, offline
 (``template_contract.transformed``), and the tests check what it generates: the
 functions with their merged settings, that SAM builds no role (each state machine's role
 is the template's, trusted only for that machine), the event source
@@ -20,20 +20,19 @@ import pytest
 from dependency_tracker.filters import CALLBACK_STREAM_FILTER, update_state_event_pattern
 from tests.unit.template_contract import iam
 from tests.unit.template_contract.cfn import ACCOUNT, Stack, referenced_ids
-from tests.unit.template_contract.transformed import transform
-from tests.unit.test_template import (
+from tests.unit.template_contract.functions import FUNCTIONS
+from tests.unit.template_contract.lambda_service import (
     DESTINATION_ACTIONS,
-    EVERYTHING_ON,
-    FUNCTIONS,
     LAMBDA_SERVICE_STATEMENTS,
     LOG_WRITE_ACTIONS,
-    OTHER_STACK,
     SQS_POLL_ACTIONS,
-    STATE_MACHINE,
     STREAM_READ_ACTIONS,
     XRAY_UPLOAD_ACTIONS,
     lambda_service_needs,
 )
+from tests.unit.template_contract.parameters import EVERYTHING_ON, OTHER_STACK
+from tests.unit.template_contract.step_functions import STATE_MACHINE
+from tests.unit.template_contract.transformed import transform
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -132,7 +131,7 @@ def test_transform_replaces_every_sam_resource_and_keeps_the_rest(
 def test_functions_get_the_settings_the_globals_model_gives(
     template: dict[str, Any], transformed: dict[str, Any], function: str, parameters: dict[str, str]
 ) -> None:
-    # GIVEN the function as test_template.py reads it (Globals merged by template_contract.cfn)
+    # GIVEN the function as the contract tests read it (Globals merged by template_contract.cfn)
     modelled = Stack(template, parameters).resolved_properties(function)
     # WHEN SAM builds the Lambda function
     built = Stack(transformed, parameters).resolved_properties(function)
@@ -205,7 +204,7 @@ def test_sam_builds_no_role_and_each_state_machine_trusts_only_itself(
 def test_modelled_grants_are_the_grants_sam_writes(
     template: dict[str, Any], transformed: dict[str, Any], parameters: dict[str, str]
 ) -> None:
-    # GIVEN every grant template_contract.iam models (what test_template.py's IAM checks read)
+    # GIVEN every grant template_contract.iam models (what the IAM contract tests read)
     modelled = {
         (grant.holder, grant.effect, action, resource)
         for grant in iam.role_grants(Stack(template, parameters))
@@ -342,7 +341,7 @@ def test_update_state_rule_permission_and_invoke_config(transformed: dict[str, A
 def deployed_service_needs(stack: Stack, function: str) -> set[tuple[str, str]]:
     """(action, resource) pairs Lambda needs from the role, read from the transformed template.
 
-    The same derivation as ``test_template.lambda_service_needs``, but from what
+    The same derivation as ``template_contract.lambda_service.lambda_service_needs``, but from what
     CloudFormation creates: the function's log group and tracing mode, the event source
     mappings naming it (queue or stream, on-failure destination) and its invoke config.
     """
@@ -384,7 +383,7 @@ def test_lambda_service_grants_match_what_the_transformed_template_creates(
     # GIVEN what Lambda needs, read from the resources CloudFormation creates
     built = Stack(transformed, parameters)
     needs = deployed_service_needs(built, function)
-    # THEN the derivation test_template.py makes from the SAM events finds the same
+    # THEN the derivation lambda_service_needs makes from the SAM events finds the same
     assert needs == lambda_service_needs(Stack(template, parameters), function)
     # AND the role's Lambda-service statements grant exactly that
     statements = {s.sid: s for s in built.statements(function)}

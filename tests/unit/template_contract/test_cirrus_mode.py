@@ -42,16 +42,15 @@ from tests.unit.template_contract.cfn import (
     Stack,
     referenced_ids,
 )
-from tests.unit.template_contract.transformed import transform
-from tests.unit.test_template import (
-    EVERYTHING_ON,
+from tests.unit.template_contract.functions import (
     FUNCTIONS,
-    OTHER_STACK,
     POWERTOOLS_VARIABLES,
     environment,
-    lambda_service_needs,
     setting_variables,
 )
+from tests.unit.template_contract.lambda_service import lambda_service_needs
+from tests.unit.template_contract.parameters import EVERYTHING_ON, OTHER_STACK
+from tests.unit.template_contract.transformed import transform
 from tests.unit.test_transformed_template import deployed_service_needs, mappings
 
 if TYPE_CHECKING:
@@ -899,7 +898,7 @@ def test_cfn_lint_passes_in_both_modes_before_and_after_the_transform(
         (TEMPLATE_PATH, CIRRUS_ELSEWHERE),
         (copy_path, None),
     ]
-    # (normal mode: test_template.py and test_transformed_template.py lint both forms)
+    # (normal mode: test_functions_and_code.py and test_transformed_template.py lint both forms)
     for name, (source, parameters) in {
         "cirrus": (template, CIRRUS),
         "cirrus-default": (cirrus_default, {}),

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from tests.unit.template_contract.cfn import Stack
-from tests.unit.test_template import EVERYTHING_ON, environment
+from tests.unit.template_contract.functions import environment
+from tests.unit.template_contract.parameters import EVERYTHING_ON
 from tests.unit.test_transformed_template import mappings
 
 # A new account's concurrent executions quota, and what Lambda keeps unreserved of it.

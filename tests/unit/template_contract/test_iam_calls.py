@@ -1,0 +1,281 @@
+"""IAM against real calls: the handlers on moto, every call allowed and every grant used.
+
+``template_contract.deployment`` deploys the template's resources on moto and records each
+AWS call the handlers make; the test drives the parents' paths and those they do not take.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from dependency_tracker import clients, settings
+from dependency_tracker.local.events import status_change_event
+from dependency_tracker.local.pumps import scheduled_event
+from dependency_tracker.models import PayloadState, ProcessPayload
+from dependency_tracker.stores import StateTable
+from dependency_tracker.stores.sweeps import CURSOR_KEY, SweepCursor
+from tests.conftest import payload
+from tests.unit.handlers.conftest import sqs_event
+from tests.unit.template_contract.cfn import ACCOUNT, REGION
+from tests.unit.template_contract.deployment import (
+    RECORDED_SERVICES,
+    Deployment,
+    call_resources,
+    denied_calls,
+    deployed,
+    reset_handlers,
+)
+from tests.unit.template_contract.functions import FUNCTIONS
+from tests.unit.template_contract.lambda_service import LAMBDA_SERVICE_STATEMENTS
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+# Statements granted ahead of the code that uses them: (function, Sid).
+AWAITING_CODE: set[tuple[str, str]] = set()
+# Statements S3 itself needs for a call the code makes, on no call of their own: (function, Sid).
+# GetObject of a missing key answers NoSuchKey only to a caller allowed s3:ListBucket (else
+# AccessDenied); the sweeper's first run finds no cursor and must tell the two apart.
+IMPLIED_BY_S3: set[tuple[str, str]] = {("SweeperFunction", "FindCursor")}
+
+
+@pytest.fixture
+def deployment(template: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
+    with deployed(template, monkeypatch) as running:
+        yield running
+
+
+def simulated(item_id: str, outcome: str = "succeed", **extra: Any) -> dict[str, Any]:
+    """A payload for the stack's example workflow ``simulate``."""
+    body = payload(item_id, workflow="simulate", **extra)
+    body["process"][0]["tasks"] = {"simulate": {"seconds": 0, "outcome": outcome}}
+    return body
+
+
+def untaken_paths(bucket: str, parent_map: str, parent_join: str) -> list[tuple[Any, str]]:
+    """Process messages (body, message id) for the paths the two parents do not take."""
+    late = {"task_token": "late-waiter", "parent_execution": parent_map}
+    join: dict[str, Any] = {
+        "join": {
+            "task_token": "join-token",
+            "join_id": "retried",
+            "quorum": 1,
+            "parent_execution": parent_join,
+        },
+        "payloads": [simulated("a")],
+    }
+    # the same join sent again by its parent's retry (a new token; the first one's task closed)
+    retried = {**join, "join": {**join["join"], "task_token": "join-token-2"}}
+    lost = {
+        "join": {"task_token": "lost-join", "quorum": 1, "parent_execution": parent_join},
+        "payloads": [simulated("b", "fail")],
+    }
+    big = simulated("big")
+    big["features"][0]["properties"] = {"blob": "x" * 5000}
+    huge = simulated("huge")
+    huge["features"][0]["properties"] = {"blob": "x" * 300_000}  # over the execution limit
+    chained = simulated("chained")
+    chained["process"].append({"workflow": "simulate", "collections": ["next-step"]})
+    huge_chain = simulated("huge-chain")
+    huge_chain["features"][0]["properties"] = {"blob": "x" * 300_000}
+    huge_chain["process"].append({"workflow": "simulate", "collections": ["huge-next"]})
+    # ids under the 2,048-byte key limit whose list outgrows the join summary's bound
+    members = [{**simulated(f"wide-{i}"), "id": f"wide-{i:02d}-" + "w" * 1_900} for i in range(18)]
+    wide = {
+        "join": {"task_token": "wide-join", "parent_execution": parent_join},
+        "payloads": members,
+    }
+    # a member by reference: n is known only once the last chunk is read
+    by_reference = {
+        "join": {"task_token": "ref-join", "parent_execution": parent_join},
+        "payloads": [simulated("e"), simulated("f"), {"url": f"s3://{bucket}/p/d.json"}],
+    }
+    # an Express child: it writes its output to the bucket and reports its end by pointer
+    express = simulated("express")
+    express["process"][0]["workflow"] = "simulate-express"
+    x_id, y_id = (ProcessPayload.model_validate(simulated(n)).id for n in ("x", "y"))
+    x_waits = {**simulated("y"), "callback": {**late, "task_token": "x", "waiter_payload_id": x_id}}
+    y_waits = {**simulated("x"), "callback": {**late, "task_token": "y", "waiter_payload_id": y_id}}
+    return [
+        ({"url": f"s3://{bucket}/p/d.json"}, "s3-pointer"),
+        (big, "big-result"),
+        (express, "express"),
+        (chained, "chained"),
+        (huge, "huge-input"),
+        (huge_chain, "huge-chain"),
+        (wide, "wide-join"),
+        (by_reference, "ref-join"),
+        ({**simulated("a"), "callback": late}, "late-waiter"),
+        ({"process": [{"workflow": "simulate"}], "callback": {"task_token": "bad"}}, "bad"),
+        (join, "join"),
+        (join, "join"),
+        (retried, "retried-join"),
+        (lost, "lost-join"),
+        (x_waits, "x-waits"),
+        (y_waits, "y-waits"),
+    ]
+
+
+def sweep_lost_callbacks(deployment: Deployment, resume_after: str) -> dict[str, Any]:
+    """Un-notify, long ago, a success and a failure for each parent machine; run one sweep.
+
+    The Map's waiter on "b", the late waiter on "a", the lost join and the wide join (whose
+    summary goes by reference); the sweep continues a state-table pass after ``resume_after``.
+    """
+    stack, recorder = deployment.stack, deployment.recorder
+    bucket = stack.physical("PayloadBucket").ref
+    table = stack.physical("DependencyTable").ref
+    failed_id = ProcessPayload.model_validate(simulated("b", "fail")).id
+    lost = [
+        {"payload_id": item["payload_id"], "waiter_id": item["waiter_id"]}
+        for item in deployment.dynamodb.scan(TableName=table)["Items"]
+        if item.get("task_token", {}).get("S") in {"wide-join", "lost-join", "late-waiter"}
+        or (item["payload_id"]["S"] == failed_id and "task_token" in item)
+    ]
+    assert len(lost) == 4
+    for key in lost:
+        deployment.dynamodb.update_item(
+            TableName=table,
+            Key=key,
+            UpdateExpression="SET resolved_at = :old REMOVE notified_at",
+            ExpressionAttributeValues={":old": {"S": "2000-01-01T00:00:00+00:00"}},
+        )
+    deployment.s3.put_object(
+        Bucket=bucket,
+        Key=CURSOR_KEY,
+        Body=SweepCursor(
+            dependency_table=table,
+            state_table=stack.physical("StateTable").ref,
+            states={"payload_id": {"S": resume_after}},
+        ).model_dump_json(),
+    )
+    schedule = scheduled_event(
+        rule_arn=f"arn:aws:events:{REGION}:{ACCOUNT}:rule/deptrack-sweeper",
+        region=REGION,
+        account=ACCOUNT,
+    )
+    swept: dict[str, Any] = recorder.handler(stack, "SweeperFunction")(schedule)
+    return swept
+
+
+def test_every_aws_call_is_allowed_and_every_grant_is_used(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack, recorder = deployment.stack, deployment.recorder
+    # Joins of more than two members register in chunks: the wide join below carries on
+    # through join_chunk messages and a member list written to the bucket.
+    monkeypatch.setenv(settings.ENV_JOIN_CHUNK_SIZE, "2")
+    reset_handlers(keep_clients=True)
+    # GIVEN two parents on the stack's own state machines: a Map over a succeeding and
+    # a failing dependency, and a 1-of-2 join sharing the succeeding one
+    parent_map = deployment.sfn.start_execution(
+        stateMachineArn=stack.physical("WaitForDependenciesStateMachine").ref,
+        name="parent-map",
+        input=json.dumps({"dependencies": [simulated("a"), simulated("b", "fail")]}),
+    )["executionArn"]
+    parent_join = deployment.sfn.start_execution(
+        stateMachineArn=stack.physical("WaitForJoinStateMachine").ref,
+        name="parent-join",
+        input=json.dumps({"dependencies": [simulated("a"), simulated("c")], "quorum": 1}),
+    )["executionArn"]
+    # WHEN the pumps feed the three handlers until everything rests
+    deployment.settle()
+    # THEN the parents resumed as the tracker told them
+    described = deployment.sfn.describe_execution(executionArn=parent_map)
+    assert (described["status"], described.get("error")) == ("FAILED", "DependencyFailed")
+    assert deployment.sfn.describe_execution(executionArn=parent_join)["status"] == "SUCCEEDED"
+
+    # AND the paths the parents did not take: an S3 pointer, a late waiter on a finished
+    # payload (replay), an invalid message with a token, a join delivered twice, a
+    # result too large to keep inline (it goes to the bucket), a two-step chain, a
+    # payload too large for an execution input (it goes by reference), a chain whose next
+    # step is too large for the queue (by reference too), a join whose summary is too
+    # large for its callback output (by reference: long member ids), and two payloads
+    # waiting on each other (the second wait is refused with DependencyCycle)
+    process_handler = recorder.handler(stack, "ProcessFunction")
+    bucket = stack.physical("PayloadBucket").ref
+    deployment.s3.put_object(Bucket=bucket, Key="p/d.json", Body=json.dumps(simulated("d")))
+    for body, message_id in untaken_paths(bucket, parent_map, parent_join):
+        assert process_handler(sqs_event(body, ids=[message_id])) == {"batchItemFailures": []}
+    # AND a repeated status change whose input EventBridge left out
+    done = StateTable(deployment.dynamodb, stack.physical("StateTable").ref).get(
+        ProcessPayload.model_validate(simulated("a")).id
+    )
+    assert done is not None
+    assert done.state is PayloadState.SUCCEEDED
+    assert done.execution_arn is not None
+    event = status_change_event(
+        deployment.sfn.describe_execution(executionArn=done.execution_arn),
+        region=REGION,
+        account=ACCOUNT,
+    )
+    event["detail"].update(input=None, inputDetails={"included": False})
+    assert recorder.handler(stack, "UpdateStateFunction")(event) == {"action": "repeated"}
+    deployment.settle()
+    # AND a lease that ran out on a claim whose run's status change was lost: "big" (a result
+    # too large to keep inline) looks claimed long ago and not started, so the next message
+    # asks whether its workflow is Express, finds its run ended and records it
+    big = simulated("big")
+    big["features"][0]["properties"] = {"blob": "x" * 5000}
+    deployment.dynamodb.update_item(
+        TableName=stack.physical("StateTable").ref,
+        Key={"payload_id": {"S": ProcessPayload.model_validate(big).id}},
+        UpdateExpression="SET #state = :claimed, claimed_at = :old REMOVE execution_arn",
+        ExpressionAttributeNames={"#state": "state"},
+        ExpressionAttributeValues={
+            ":claimed": {"S": "CLAIMED"},
+            ":old": {"S": "2000-01-01T00:00:00+00:00"},
+        },
+    )
+    assert process_handler(sqs_event(big, ids=["takeover"])) == {"batchItemFailures": []}
+    deployment.settle()
+    # AND a sweep, continuing an earlier pass of the state table, over callbacks the stream
+    # left un-notified long ago
+    swept = sweep_lost_callbacks(deployment, done.payload_id)
+    assert (swept["found"], swept["parents_gone"] + swept["sent"]) == (4, 4), swept
+
+    # THEN every call was allowed by that function's statements, on that resource
+    calls = recorder.calls
+    assert {call.function for call in calls} == set(FUNCTIONS)
+    parents = deployment.parents_by_token()
+    # an invalid message keeps no parent; this token came from a wait-for-dependencies
+    parents["bad"] = stack.physical("WaitForDependenciesStateMachine").ref
+    # the retried join's first token, whose row now holds the second: a wait-for-join's
+    parents["join-token"] = parents["join-token-2"]
+    assert denied_calls(stack, calls, parents) == []
+    # AND every grant was needed: each (action, resource) of each statement was called
+    # (the Lambda-service statements serve the event source mapping, log delivery, failure
+    # destinations and X-Ray, not the code: test_lambda_service_statements_grant_exactly_
+    # what_lambda_needs holds each of them to its resource instead)
+    for function in FUNCTIONS:
+        sids = {statement.sid for statement in stack.statements(function)}
+        assert sids >= LAMBDA_SERVICE_STATEMENTS[function], function
+    unused = [
+        (function, statement.sid, action, pattern)
+        for function in FUNCTIONS
+        for statement in stack.statements(function)
+        if statement.sid not in LAMBDA_SERVICE_STATEMENTS[function]
+        for action in statement.actions
+        for pattern in statement.resources
+        if not any(
+            call.function == function
+            and call.action == action
+            and any(fnmatch.fnmatchcase(r, pattern) for r in call_resources(call, parents))
+            for call in calls
+        )
+    ]
+    assert [u for u in unused if u[:2] not in AWAITING_CODE | IMPLIED_BY_S3] == []
+    # a grant waits for its code only until the code uses it
+    assert {u[:2] for u in unused} >= AWAITING_CODE
+    assert clients.client.cache_info().currsize == len(RECORDED_SERVICES), "unwatched client"
+    # AND the template's stream filter let through only terminal rows not yet notified
+    assert recorder.images
+    # the stream the schema creates (NEW_IMAGE, as deployed) carries no old image
+    assert "NewImage" in recorder.record_fields
+    assert "OldImage" not in recorder.record_fields
+    assert all("notified_at" not in image for image in recorder.images)
+    assert all(image["workflow_state"]["S"] != "PROCESSING" for image in recorder.images)
