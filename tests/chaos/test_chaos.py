@@ -39,6 +39,7 @@ from tests.chaos.run import (
     ChaosRun,
     Report,
 )
+from tests.conftest import fresh_app
 
 if TYPE_CHECKING:
     import io
@@ -92,7 +93,7 @@ def configure(aws: Aws, monkeypatch: pytest.MonkeyPatch, *, join_chunk_size: int
     monkeypatch.setenv(settings.ENV_PAYLOAD_BUCKET, CHAOS_BUCKET)
     monkeypatch.setenv(settings.ENV_CLAIM_LEASE_SECONDS, str(CHAOS_CLAIM_LEASE_SECONDS))
     monkeypatch.setenv(settings.ENV_SWEEPER_MIN_AGE_SECONDS, str(CHAOS_SWEEPER_MIN_AGE_SECONDS))
-    settings.get_settings.cache_clear()
+    fresh_app()
 
 
 @pytest.mark.usefixtures("workflows")
