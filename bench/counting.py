@@ -2,7 +2,7 @@
 
 Two kinds of callers are told apart by the client they use:
 
-* **tracker**: the clients the handlers use (``dependency_tracker.clients.client``,
+* **tracker**: the clients the handlers use (the stack's ``app.clients``,
   one cached client per service). These are the calls the tracker makes in AWS.
 * **plumbing**: the pumps' own clients (SQS receive/delete, execution listing,
   stream reads). In AWS, Lambda's event source mappings and EventBridge do this
@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from botocore.client import BaseClient
 
 from bench.capacity import item_size, read_units, write_units
-from dependency_tracker import clients
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
 
 TRACKER = "tracker"
 PLUMBING = "plumbing"
-# Every service a handler may call through dependency_tracker.clients.client.
+# Every service a handler may call through its app's clients.
 TRACKER_SERVICES = ("dynamodb", "stepfunctions", "s3", "sqs")
 
 # (category, service, operation, table kind or "")
@@ -517,9 +516,12 @@ def instrument(
         tables={outputs["StateTableName"]: "state", outputs["DependencyTableName"]: "dependency"},
         token_chars=token_chars,
     )
+    if stack.app is None:
+        msg = "the stack is not running"
+        raise RuntimeError(msg)
     for service in TRACKER_SERVICES:
-        # The same cached clients the flows get from clients.client(service).
-        counter.attach(clients.client(service), TRACKER)
+        # The clients the stack's app hands its stores and flows.
+        counter.attach(stack.app.clients.get(service), TRACKER)
     invocations = Invocations(keep_records=keep_records)
     counter.listener = invocations.note
     for pump in stack.pumps.values():

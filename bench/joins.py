@@ -53,7 +53,7 @@ from bench.stats import mean
 from dependency_tracker.limits import SQS_MAX_BATCH_ENTRIES
 from dependency_tracker.models import JOIN_COUNT_SHARDS
 from dependency_tracker.naming import execution_name
-from dependency_tracker.settings import ENV_JOIN_CHUNK_SIZE, get_settings
+from dependency_tracker.settings import ENV_JOIN_CHUNK_SIZE
 from dependency_tracker.stores.joins import DEFAULT_CONCURRENCY as MEMBERSHIP_PUT_CONCURRENCY
 from dependency_tracker.stores.manifest import manifest_text
 
@@ -116,7 +116,10 @@ def run_size(
     with _chunk_size(config.chunk_size), local_stack() as stack:
         warm_interpreter(stack)
         tools = instrument(stack, token_chars=token_chars, keep_records=True)
-        chunk_size = get_settings().join_chunk_size
+        if stack.app is None:
+            msg = "the stack is not running"
+            raise RuntimeError(msg)
+        chunk_size = stack.app.settings.join_chunk_size
         sfn = stack.client("stepfunctions")
         dynamodb = stack.client("dynamodb")
         documents = [payload(f"{member_tag(n)}-{i:06d}", seconds=None) for i in range(n)]

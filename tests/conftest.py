@@ -16,10 +16,8 @@ import pytest
 from moto import mock_aws
 from moto.dynamodb.models import table as moto_table
 
-from dependency_tracker import clients, limits, settings
-from dependency_tracker.handlers import callback as callback_handler
-from dependency_tracker.handlers import process as process_handler
-from dependency_tracker.handlers import update_state as update_state_handler
+from dependency_tracker import app, clients, limits, settings
+from dependency_tracker.app import App
 from dependency_tracker.local.context import LocalContext
 from dependency_tracker.local.moto_costs import aws_like_costs
 from dependency_tracker.local.strict import strict_limits
@@ -99,9 +97,12 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def _clear_caches() -> None:
     settings.get_settings.cache_clear()
     clients.client.cache_clear()
-    process_handler.process_flow.cache_clear()
-    update_state_handler.update_state_flow.cache_clear()
-    callback_handler.callback_flow.cache_clear()
+    fresh_app()
+
+
+def fresh_app() -> None:
+    """Forget the handlers' app: the next invocation builds one from the environment."""
+    app.use(None)
 
 
 @pytest.fixture
@@ -123,6 +124,16 @@ class Aws:
     stream_arn: str
     queue_url: str
     queue_arn: str
+
+    def app(self, settings: Settings | None = None, **parts: Any) -> App:
+        """A composition root on this account's clients (``parts`` replace built ones)."""
+        clients = {
+            "dynamodb": self.dynamodb,
+            "stepfunctions": self.sfn,
+            "sqs": self.sqs,
+            "s3": self.s3,
+        }
+        return App(settings or self.settings, clients, **parts)
 
     @property
     def states(self) -> StateTable:
@@ -231,7 +242,7 @@ def aws(aws_env: None) -> Iterator[Aws]:
             sqs=sqs,
             s3=session.client("s3"),
             streams=session.client("dynamodbstreams"),
-            settings=settings.get_settings(),
+            settings=settings.Settings.from_env(),
             stream_arn=stream_arn,
             queue_url=queue_url,
             queue_arn=queue_arn,

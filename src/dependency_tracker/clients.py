@@ -1,4 +1,4 @@
-"""Cached boto3 client factory shared by handlers, the local stack and the CLI.
+"""boto3 client factory: the composition root's (handlers) and the CLI's.
 
 In Lambda, every call is bounded well inside the invocation: botocore's defaults
 (60 s to connect, 60 s per read, the process function's whole timeout) would let
@@ -15,10 +15,17 @@ from __future__ import annotations
 
 import os
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import boto3
 from botocore.config import Config
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_stepfunctions import SFNClient
 
 # In Lambda: the service answers in milliseconds in-region; a connection that takes a
 # second, or a response three, is a fault better retried than waited on.
@@ -52,9 +59,35 @@ def config(*, in_lambda: bool | None = None) -> Config:
     )
 
 
-@cache
-def client(service: str, *, region: str | None = None, endpoint_url: str | None = None) -> Any:
-    """Return a boto3 client, one per (service, region, endpoint) in this process.
+@overload
+def new_client(
+    service: Literal["dynamodb"], *, region: str | None = None, endpoint_url: str | None = None
+) -> DynamoDBClient: ...
+@overload
+def new_client(
+    service: Literal["dynamodbstreams"],
+    *,
+    region: str | None = None,
+    endpoint_url: str | None = None,
+) -> DynamoDBStreamsClient: ...
+@overload
+def new_client(
+    service: Literal["s3"], *, region: str | None = None, endpoint_url: str | None = None
+) -> S3Client: ...
+@overload
+def new_client(
+    service: Literal["sqs"], *, region: str | None = None, endpoint_url: str | None = None
+) -> SQSClient: ...
+@overload
+def new_client(
+    service: Literal["stepfunctions"], *, region: str | None = None, endpoint_url: str | None = None
+) -> SFNClient: ...
+@overload
+def new_client(
+    service: str, *, region: str | None = None, endpoint_url: str | None = None
+) -> Any: ...
+def new_client(service: str, *, region: str | None = None, endpoint_url: str | None = None) -> Any:
+    """A new boto3 client with the tracker's config (:func:`config`).
 
     Endpoints otherwise come from boto3's standard ``AWS_ENDPOINT_URL`` variables.
     """
@@ -64,3 +97,12 @@ def client(service: str, *, region: str | None = None, endpoint_url: str | None 
         endpoint_url=endpoint_url,
         config=config(),
     )
+
+
+@cache
+def client(service: str, *, region: str | None = None, endpoint_url: str | None = None) -> Any:
+    """A client per (service, region, endpoint) for this process (the CLI's).
+
+    The handlers' clients belong to their composition root (:mod:`dependency_tracker.app`).
+    """
+    return new_client(service, region=region, endpoint_url=endpoint_url)

@@ -122,9 +122,11 @@ class Settings(BaseModel, frozen=True):
             ConfigurationError: A required variable is missing or malformed.
         """
         values: dict[str, object] = {
-            "state_table": _required(ENV_STATE_TABLE),
-            "dependency_table": _required(ENV_DEPENDENCY_TABLE),
-            "workflow_arn_prefix": _required(ENV_WORKFLOW_ARN_PREFIX),
+            "state_table": overrides.get("state_table") or _required(ENV_STATE_TABLE),
+            "dependency_table": overrides.get("dependency_table")
+            or _required(ENV_DEPENDENCY_TABLE),
+            "workflow_arn_prefix": overrides.get("workflow_arn_prefix")
+            or _required(ENV_WORKFLOW_ARN_PREFIX),
             "prefix": os.getenv(ENV_PREFIX) or DEFAULT_PREFIX,
             "payload_bucket": os.getenv(ENV_PAYLOAD_BUCKET) or None,
             "process_queue_url": os.getenv(ENV_PROCESS_QUEUE_URL) or None,
@@ -135,24 +137,10 @@ class Settings(BaseModel, frozen=True):
             "cirrus_payload_root_prefix": os.getenv(ENV_CIRRUS_PAYLOAD_ROOT_PREFIX)
             or DEFAULT_CIRRUS_PAYLOAD_ROOT_PREFIX,
         }
-        for variable, field in (
-            (ENV_WAITER_RETENTION_DAYS, "waiter_retention_days"),
-            (ENV_CLAIM_LEASE_SECONDS, "claim_lease_seconds"),
-            (ENV_JOIN_CHUNK_SIZE, "join_chunk_size"),
-            (ENV_PROCESS_MAX_RECEIVE_COUNT, "process_max_receive_count"),
-        ):
-            number = os.getenv(variable)
-            if number:
-                if not number.isdigit() or int(number) < 1:
-                    raise ConfigurationError(variable, "must be a positive integer")
-                if field == "join_chunk_size" and int(number) > MAX_JOIN_CHUNK_SIZE:
-                    raise ConfigurationError(variable, f"must be at most {MAX_JOIN_CHUNK_SIZE}")
-                values[field] = int(number)
-        depth = os.getenv(ENV_CYCLE_DEPTH)
-        if depth:
-            if not depth.isdigit():
-                raise ConfigurationError(ENV_CYCLE_DEPTH, "must be a non-negative integer")
-            values["cycle_depth"] = int(depth)
+        for variable, field, least, most in (*INTEGER_VARIABLES, *SWEEPER_VARIABLES_RANGES):
+            number = _integer(variable, least, most)
+            if number is not None:
+                values[field] = number
         values.update({key: value for key, value in overrides.items() if value is not None})
         if not re.fullmatch(PREFIX_PATTERN, str(values["prefix"])):
             raise ConfigurationError(
@@ -175,30 +163,13 @@ class Settings(BaseModel, frozen=True):
             return state_machine_name[len(head) :]
         return None
 
-    # Sweeper (handlers/sweeper.py), read by sweeper_from_env. A terminal row is left
+    # Sweeper (handlers/sweeper.py). A terminal row is left
     # to the stream for sweeper_min_age_seconds after it was resolved; each run reads
     # at most sweeper_max_pages Scan pages per table (1 MB each) within
     # sweeper_time_budget_seconds, and the next run continues where it stopped.
     sweeper_min_age_seconds: int = Field(default=900, ge=0)
     sweeper_max_pages: int = Field(default=100, ge=1)
     sweeper_time_budget_seconds: int = Field(default=60, ge=1)
-
-    @classmethod
-    def sweeper_from_env(cls, **overrides: object) -> Self:
-        """:meth:`from_env` plus the sweeper's ``DEPTRACK_SWEEPER_*`` variables.
-
-        Raises:
-            ConfigurationError: A variable is missing or malformed.
-        """
-        values: dict[str, object] = {}
-        for variable, field, least in SWEEPER_VARIABLES:
-            number = os.getenv(variable)
-            if number:
-                if not number.isdigit() or int(number) < least:
-                    raise ConfigurationError(variable, f"must be an integer of at least {least}")
-                values[field] = int(number)
-        values.update(overrides)
-        return cls.from_env(**values)
 
 
 ENV_SWEEPER_MIN_AGE_SECONDS = "DEPTRACK_SWEEPER_MIN_AGE_SECONDS"
@@ -210,6 +181,36 @@ SWEEPER_VARIABLES = (
     (ENV_SWEEPER_MAX_PAGES, "sweeper_max_pages", 1),
     (ENV_SWEEPER_TIME_BUDGET_SECONDS, "sweeper_time_budget_seconds", 1),
 )
+
+
+# (variable, field, smallest, largest or None) of the integer settings.
+INTEGER_VARIABLES: tuple[tuple[str, str, int, int | None], ...] = (
+    (ENV_WAITER_RETENTION_DAYS, "waiter_retention_days", 1, None),
+    (ENV_CLAIM_LEASE_SECONDS, "claim_lease_seconds", 1, None),
+    (ENV_JOIN_CHUNK_SIZE, "join_chunk_size", 1, MAX_JOIN_CHUNK_SIZE),
+    (ENV_PROCESS_MAX_RECEIVE_COUNT, "process_max_receive_count", 1, None),
+    (ENV_CYCLE_DEPTH, "cycle_depth", 0, None),
+)
+SWEEPER_VARIABLES_RANGES = tuple((v, f, least, None) for v, f, least in SWEEPER_VARIABLES)
+_INTEGER_RULES = {0: "must be a non-negative integer", 1: "must be a positive integer"}
+
+
+def _integer(name: str, least: int, most: int | None) -> int | None:
+    """The integer in variable ``name`` (None when unset).
+
+    Raises:
+        ConfigurationError: Not an integer in ``least..most``.
+    """
+    text = os.getenv(name)
+    if not text:
+        return None
+    sweeper = name in {variable for variable, _, _ in SWEEPER_VARIABLES}
+    if not text.isdigit() or int(text) < least:
+        rule = f"must be an integer of at least {least}" if sweeper else _INTEGER_RULES[least]
+        raise ConfigurationError(name, rule)
+    if most is not None and int(text) > most:
+        raise ConfigurationError(name, f"must be at most {most}")
+    return int(text)
 
 
 def _required(name: str) -> str:
@@ -231,5 +232,5 @@ def service_name() -> str:
 
 @cache
 def get_settings() -> Settings:
-    """Settings of this process, read once."""
+    """Settings of this process, read once (the CLI's; handlers ask the composition root)."""
     return Settings.from_env()

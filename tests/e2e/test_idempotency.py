@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker import settings
-from dependency_tracker.handlers.process import process_flow
 from dependency_tracker.models import PayloadState
 from tests.conftest import ROLE_ARN, wait_until
 from tests.e2e.conftest import (
@@ -102,9 +100,8 @@ def test_a_run_whose_end_was_never_seen_is_recorded_by_the_lease_not_run_again(
             ":old": {"S": (datetime.now(UTC) - timedelta(hours=2)).isoformat()},
         },
     )
-    monkeypatch.setenv(settings.ENV_CLAIM_LEASE_SECONDS, "3600")
-    settings.get_settings.cache_clear()
-    process_flow.cache_clear()
+    lease = stack.app.settings.claim_lease_seconds if stack.app else None
+    stack.configure(claim_lease_seconds=3600)
     # WHEN a parent waits on it THEN the lease check finds that the run ended, records its end
     # as update-state would, and answers the parent; the payload is not started again
     (summary,) = summaries(stack, start_parent(stack, "lease", [dependency("i-lease")]))
@@ -113,8 +110,7 @@ def test_a_run_whose_end_was_never_seen_is_recorded_by_the_lease_not_run_again(
     assert item is not None
     assert (item.state, item.attempt) == (PayloadState.SUCCEEDED, 1)
     assert len(item.executions) == 1
-    settings.get_settings.cache_clear()
-    process_flow.cache_clear()
+    stack.configure(claim_lease_seconds=lease)
 
 
 def test_three_step_chain_with_a_parent_waiting_on_the_last_step(stack: LocalStack) -> None:

@@ -7,18 +7,25 @@ import threading
 
 import pytest
 
+from dependency_tracker import app
 from dependency_tracker.local import LocalStack
 from dependency_tracker.local.runner import StackStoppedError
 
 pytestmark = pytest.mark.e2e
 
 
-def test_stop_restores_the_environment() -> None:
-    before = os.environ.get("DEPTRACK_STATE_TABLE")
+def test_the_handlers_settings_reach_them_through_the_app_not_the_environment() -> None:
+    before = dict(os.environ)
     with LocalStack(prefix="other") as inner:
-        assert os.environ["DEPTRACK_STATE_TABLE"] == "other-state"
-        assert inner.outputs["StateTableName"] == "other-state"
-    assert os.environ.get("DEPTRACK_STATE_TABLE") == before
+        # the stack's app holds the handlers' settings; no DEPTRACK_* variable is written
+        assert inner.app is not None
+        assert app.current() is inner.app
+        assert inner.app.settings.state_table == inner.outputs["StateTableName"] == "other-state"
+        written = {k for k, v in os.environ.items() if before.get(k) != v}
+        assert not {k for k in written if k.startswith("DEPTRACK_")}, written
+    # AND stopping restores the environment and forgets the app
+    assert dict(os.environ) == before
+    assert app.current_or_none() is None
 
 
 def test_stop_delivers_nothing_after_it_begins() -> None:

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 
-from dependency_tracker import clients
 from dependency_tracker.local.pumps import ExecutionPump, StreamPump
 from dependency_tracker.models import PayloadState
 from tests.chaos.hot import SendProbe
@@ -123,7 +122,7 @@ def taps(stack: LocalStack) -> Iterator[Taps]:
         dead_before={name: len(events) for name, events in stack.dead_letters.items()},
         pump_errors_before=stack.pump_errors,
     )
-    sfn_events = clients.client("stepfunctions").meta.events
+    sfn_events = handler_client(stack, "stepfunctions").meta.events
     original = executions.handler, stream.handler
     executions.handler = tapped.update_state(executions.handler)
     stream.handler = tapped.callback(stream.handler)
@@ -136,14 +135,20 @@ def taps(stack: LocalStack) -> Iterator[Taps]:
 
 
 @pytest.fixture
-def sends() -> Iterator[SendProbe]:
+def sends(stack: LocalStack) -> Iterator[SendProbe]:
     """Every ``SendTask*`` the callback handler makes, with Step Functions' answer."""
     probe = SendProbe()
-    probe.attach(clients.client("stepfunctions"))
+    probe.attach(handler_client(stack, "stepfunctions"))
     try:
         yield probe
     finally:
-        probe.detach(clients.client("stepfunctions"))
+        probe.detach(handler_client(stack, "stepfunctions"))
+
+
+def handler_client(stack: LocalStack, service: str) -> Any:
+    """The client the stack's handlers call ``service`` with (their app's)."""
+    assert stack.app is not None
+    return stack.app.clients.get(service)
 
 
 @dataclass
@@ -182,7 +187,7 @@ def test_parent_gone_before_the_callback_is_recorded_once(
     item = f"rc-late-{answer}"
     pid = dependency_id(item)
     timed_out = TimedOutParents({pid} if answer == "aws" else set())
-    sfn_events = clients.client("stepfunctions").meta.events
+    sfn_events = handler_client(stack, "stepfunctions").meta.events
     sfn_events.register_first("before-call.sfn.SendTaskSuccess", timed_out)
     try:
         # GIVEN a parent that waits 1 s on a child that takes 3 s

@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dependency_tracker import naming
-from dependency_tracker.flows.process import ProcessFlow
 from dependency_tracker.flows.results import INLINE_RESULT_BYTES, build_result
 from dependency_tracker.limits import SFN_MAX_EXECUTION_NAME, utf8_size
 from dependency_tracker.models import ProcessPayload
@@ -69,18 +68,12 @@ def test_a_large_result_of_a_long_id_has_a_short_key() -> None:
 
 def test_a_large_input_of_a_long_id_has_a_short_key(aws: Aws) -> None:
     bucket = KeptKeys()
-    flow = ProcessFlow(
-        settings=aws.settings,
-        states=aws.states,
-        dependencies=aws.dependencies,
-        sfn=aws.sfn,
-        bucket=bucket,  # type: ignore[arg-type]
-    )
+    runs = aws.app(bucket=bucket).runs
     payload = ProcessPayload.model_validate(
         {"id": "c/" + "€" * 90_000, "process": [{"workflow": "w"}], "extra": "x" * 100_000}
     )
     # _input is where the object key is made; reaching it needs no execution
-    pointer = json.loads(flow.runs.input(payload, 3))
+    pointer = json.loads(runs.input(payload, 3))
     (key,) = bucket.keys
     assert pointer == {"url": f"s3://bucket/{key}"}
     assert utf8_size(key) <= S3_MAX_KEY_BYTES

@@ -17,15 +17,13 @@ from __future__ import annotations
 import hashlib
 import json
 from enum import StrEnum, unique
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import ClientError
 
-from dependency_tracker.clients import client
 from dependency_tracker.errors import CallbackDeliveryError
 from dependency_tracker.flows.backoff import Backoff, error_code, is_transient
-from dependency_tracker.flows.joins.counting import JoinCounting
 from dependency_tracker.flows.joins.summary import invalid_join_cause, read_summary
 from dependency_tracker.limits import SFN_MAX_CAUSE_CHARS, SFN_MAX_ERROR_CHARS, utf8_size
 from dependency_tracker.models import (
@@ -45,8 +43,6 @@ from dependency_tracker.models.outputs import (
     MAX_WAIT_OUTPUT_BYTES,
 )
 from dependency_tracker.observability import logger, metrics, redact_token
-from dependency_tracker.stores import DependencyTable, PayloadBucket
-from dependency_tracker.stores.joins import JoinStore
 from dependency_tracker.tokens import PARENT_GONE_CODES
 
 if TYPE_CHECKING:
@@ -54,7 +50,10 @@ if TYPE_CHECKING:
 
     from mypy_boto3_stepfunctions import SFNClient
 
+    from dependency_tracker.flows.joins.counting import JoinCounting
     from dependency_tracker.settings import Settings
+    from dependency_tracker.stores import DependencyTable, PayloadBucket
+    from dependency_tracker.stores.joins import JoinStore
 
 # The parent finished, timed out or was already resumed: nobody to tell.
 
@@ -84,6 +83,8 @@ class CallbackFlow:
         settings: Settings,
         dependencies: DependencyTable,
         sfn: SFNClient,
+        joins: JoinStore,
+        counting: JoinCounting,
         bucket: PayloadBucket | None = None,
         backoff: Backoff | None = None,
     ) -> None:
@@ -93,27 +94,13 @@ class CallbackFlow:
         self._bucket = bucket
         # Retries of a throttled or 5xx SendTask* before the record is failed.
         self.backoff = backoff or Backoff()
-        self.joins = JoinStore(dependencies.client, dependencies.table_name)
-        self.counting = JoinCounting(
-            joins=self.joins,
-            dependencies=dependencies,
-            retention_days=settings.waiter_retention_days,
-        )
+        self.joins = joins
+        self.counting = counting
 
     @property
     def sfn(self) -> SFNClient:
         """The Step Functions client the sends go through."""
         return self._sfn
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Self:
-        """Flow wired to the default boto3 clients."""
-        return cls(
-            settings=settings,
-            dependencies=DependencyTable(client("dynamodb"), settings.dependency_table),
-            sfn=client("stepfunctions"),
-            bucket=PayloadBucket(client("s3"), settings.payload_bucket),
-        )
 
     def handle(self, image: Row, *, deadline: float | None = None) -> CallbackAction:
         """Act on one dependency-table row from the stream (its new image).

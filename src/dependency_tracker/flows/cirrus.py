@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import json
 from enum import StrEnum, unique
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from dependency_tracker.clients import client
 from dependency_tracker.errors import InvalidMessageError
+from dependency_tracker.flows.actions import ProcessAction, count
 from dependency_tracker.flows.results import INLINE_RESULT_BYTES
 from dependency_tracker.models import PayloadState, Resolution
 from dependency_tracker.models.cirrus import (
@@ -40,23 +40,18 @@ from dependency_tracker.models.cirrus import (
     is_cirrus_id,
 )
 from dependency_tracker.observability import logger, metrics
-from dependency_tracker.stores import DependencyTable
-from dependency_tracker.stores.cirrus import CirrusQueue, CirrusStateTable
 from dependency_tracker.text import clip
 
 if TYPE_CHECKING:
     from dependency_tracker.models import ProcessPayload
-    from dependency_tracker.settings import Settings
+    from dependency_tracker.stores import DependencyTable
+    from dependency_tracker.stores.cirrus import CirrusQueue, CirrusStateTable
 
 
 @unique
 class CirrusAction(StrEnum):
-    """What cirrus mode did with a payload (process side) or an event (event side)."""
+    """What cirrus mode's event side did with an event (the process side answers ProcessAction)."""
 
-    FORWARDED = "forwarded"  # sent to cirrus's process queue
-    WAITING = "waiting"  # cirrus runs it; its event (or the sweeper) resolves the waiter
-    REPLAYED = "replayed"  # ended in cirrus: the waiter was resolved from cirrus's state
-    ANSWERED = "answered"  # the waiter had its answer already (a redelivery): nothing sent
     RESOLVED = "resolved"  # an event: cirrus's state says the payload ended
     NOT_ENDED = "not_ended"  # an event, but cirrus's state says it has not ended (yet)
     PROGRESS = "progress"  # an event about a claim or a start: nothing to do
@@ -66,7 +61,7 @@ class CirrusAction(StrEnum):
 
     @property
     def metric_name(self) -> str:
-        """CloudWatch metric counting this action, e.g. ``CirrusForwarded``."""
+        """CloudWatch metric counting this action, e.g. ``CirrusResolved``."""
         return "Cirrus" + self.value.title().replace("_", "")
 
 
@@ -130,27 +125,8 @@ class CirrusRuns:
         self.dependencies = dependencies
         self.executions_url = executions_url
 
-    @classmethod
-    def from_settings(cls, settings: Settings, dependencies: DependencyTable) -> Self:
-        """Wired to the default boto3 clients; the settings must be in cirrus mode."""
-        if settings.cirrus_state_table is None or settings.cirrus_process_queue_url is None:
-            msg = "cirrus mode needs the cirrus state table and process queue"
-            raise ValueError(msg)
-        return cls(
-            states=CirrusStateTable(client("dynamodb"), settings.cirrus_state_table),
-            queue=CirrusQueue(
-                client("sqs"),
-                settings.cirrus_process_queue_url,
-                s3=client("s3"),
-                bucket=settings.cirrus_payload_bucket,
-                root_prefix=settings.cirrus_payload_root_prefix,
-            ),
-            dependencies=dependencies,
-            executions_url=settings.cirrus_executions_url,
-        )
-
     @staticmethod
-    def check_runnable(payload: ProcessPayload, task_token: str | None) -> None:
+    def check_startable(payload: ProcessPayload, task_token: str | None) -> None:
         """Refuse, before anything is written, a payload cirrus would refuse.
 
         Raises:
@@ -160,21 +136,36 @@ class CirrusRuns:
         if problem is not None:
             raise InvalidMessageError(problem, task_token=task_token, payload_id=payload.id)
 
-    def settle(self, payload: ProcessPayload, row_id: str | None) -> CirrusAction:
+    def settle(
+        self,
+        payload: ProcessPayload,
+        row_id: str | None,
+        *,
+        message_id: str | None = None,
+        seen: object = None,
+    ) -> ProcessAction:
         """Replay, leave or forward ``payload``; ``row_id`` is its waiter's row, if any.
+
+        cirrus claims and runs it; its own conditional claim settles the races, so
+        ``message_id`` is not needed, and its table is read here (``seen``, the
+        tracker's state, says nothing about cirrus's runs).
 
         Raises:
             InvalidMessageError: Too large to forward (no cirrus payload bucket).
         """
+        del message_id, seen
+        return count(self._settle(payload, row_id), payload.id)
+
+    def _settle(self, payload: ProcessPayload, row_id: str | None) -> ProcessAction:
         seen = self.states.get(payload.id)
         ended = seen is not None and seen.state.is_terminal
         if seen is not None and ended and not seen.state.reruns and not payload.replace:
             if row_id is not None:
                 resolution = resolution_of(seen, replayed=True, executions_url=self.executions_url)
                 self.dependencies.resolve(payload.id, row_id, resolution)
-            return CirrusAction.REPLAYED
+            return ProcessAction.REPLAYED
         if seen is not None and seen.state is PayloadState.PROCESSING and not payload.replace:
-            return CirrusAction.WAITING
+            return ProcessAction.WAITING
         rerun_of = seen.last_execution if seen is not None and ended else None
         # The outcome on record is the run this waiter asks to repeat. When the row has its
         # answer already, this message is a redelivery (its first delivery's run ended
@@ -184,20 +175,20 @@ class CirrusRuns:
             and row_id is not None
             and not self.dependencies.wait_after(payload.id, row_id, rerun_of)
         ):
-            return CirrusAction.ANSWERED
+            return ProcessAction.ANSWERED
         # Absent, FAILED, ABORTED, a claim (whose claimer may have died: cirrus takes
         # it over), or replace: cirrus decides, and its claim keeps it to one run.
         self._forward(payload)
-        return CirrusAction.FORWARDED
+        return ProcessAction.FORWARDED
 
-    def wait_only(self, payload_id: str, row_id: str | None) -> CirrusAction:
+    def wait_only(self, payload_id: str, row_id: str | None) -> ProcessAction:
         """A wait-only waiter: resolve it if cirrus's payload ended; never forward."""
         seen = self.states.get(payload_id)
         if row_id is None or seen is None or not seen.state.is_terminal:
-            return CirrusAction.WAITING
+            return count(ProcessAction.WAITING, payload_id)
         resolution = resolution_of(seen, replayed=True, executions_url=self.executions_url)
         self.dependencies.resolve(payload_id, row_id, resolution)
-        return CirrusAction.REPLAYED
+        return count(ProcessAction.REPLAYED, payload_id)
 
     def _forward(self, payload: ProcessPayload) -> None:
         # The id travels with the payload: cirrus keeps an id it is given, so both
@@ -224,19 +215,6 @@ class CirrusEvents:
         self.states = states
         self.dependencies = dependencies
         self.executions_url = executions_url
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Self:
-        """Wired to the default boto3 clients; the settings must be in cirrus mode."""
-        if settings.cirrus_state_table is None:
-            msg = "cirrus mode needs the cirrus state table"
-            raise ValueError(msg)
-        dynamodb = client("dynamodb")
-        return cls(
-            states=CirrusStateTable(dynamodb, settings.cirrus_state_table),
-            dependencies=DependencyTable(dynamodb, settings.dependency_table),
-            executions_url=settings.cirrus_executions_url,
-        )
 
     def handle(self, event: WorkflowEvent) -> CirrusAction:
         """Act on one workflow event (any number of times: the outcome is the same)."""

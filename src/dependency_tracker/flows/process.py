@@ -5,9 +5,9 @@ the payload state is read with strong consistency. update-state writes the
 final state *before* it reads the waiter rows. Whichever side runs second
 sees the other's write, so no waiter is left behind.
 
-How a payload is started, and what an attempt's expired lease leads to, is in
-flows/runs.py; joins are in flows/joins/. In cirrus mode a cirrus-geo deployment
-runs the payloads instead (flows/cirrus.py): the same waiter rows, another runner.
+Who settles the payload once the waiter row is written is the runner it is given
+(flows/runner.py): the tracker's own, or, in cirrus mode, a cirrus-geo deployment
+(flows/cirrus.py): the same waiter rows, another runner. Joins are in flows/joins/.
 """
 
 from __future__ import annotations
@@ -16,21 +16,12 @@ import hashlib
 import json
 import re
 from datetime import timedelta
-from enum import StrEnum, unique
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from dependency_tracker.clients import client
-from dependency_tracker.errors import (
-    InvalidMessageError,
-    TransitionConflictError,
-)
-from dependency_tracker.flows.cirrus import CirrusRuns
-from dependency_tracker.flows.cycles import Cycle, CycleGuard
-from dependency_tracker.flows.joins.registration import JoinRegistration
-from dependency_tracker.flows.runs import Runs
-from dependency_tracker.flows.update_state import UpdateStateFlow
+from dependency_tracker.errors import InvalidMessageError
+from dependency_tracker.flows.actions import ProcessAction, count
 from dependency_tracker.models import (
     DependencyError,
     InvalidMessageItem,
@@ -38,8 +29,6 @@ from dependency_tracker.models import (
     JoinMessage,
     PayloadState,
     ProcessMessage,
-    ProcessPayload,
-    Resolution,
     WaiterItem,
     WaitMessage,
     join_partition_for,
@@ -49,53 +38,19 @@ from dependency_tracker.models import (
 )
 from dependency_tracker.models.payload import utf8_problem
 from dependency_tracker.observability import logger, metrics, redact_token
-from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
-from dependency_tracker.stores.joins import JoinStore
-from dependency_tracker.stores.wait_edges import WaitEdges
 from dependency_tracker.text import clip
 
 if TYPE_CHECKING:
-    from mypy_boto3_sqs import SQSClient
-    from mypy_boto3_stepfunctions import SFNClient
-
-    from dependency_tracker.models import PayloadStateItem
+    from dependency_tracker.flows.cycles import Cycle, CycleGuard
+    from dependency_tracker.flows.joins.registration import JoinRegistration
+    from dependency_tracker.flows.runner import PayloadRunner
     from dependency_tracker.settings import Settings
-    from dependency_tracker.stores.manifest import ManifestReader
+    from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
 
-# Each round re-reads after a lost conditional write; a few suffice, since a
-# lost race always means the item moved forward.
-MAX_ROUNDS = 5
+__all__ = ["INVALID_MESSAGE_PREFIX", "ProcessAction", "ProcessFlow", "redact_tokens"]
+
 INVALID_MESSAGE_PREFIX = "invalid-message/"
 MAX_BODY_EXCERPT = 16 * 1024
-
-
-class _Unread:
-    """Marker: the payload's state has not been read yet."""
-
-
-_UNREAD = _Unread()
-
-
-@unique
-class ProcessAction(StrEnum):
-    """What the process flow did with a message."""
-
-    STARTED = "started"  # claimed a new attempt and started its execution
-    RESUMED_START = "resumed_start"  # finished starting a claim another invocation left
-    WAITING = "waiting"  # an execution is live; update-state will resolve the waiter
-    TOOK_OVER = "took_over"  # the lease ran out on a dead execution: a new attempt started
-    RECOVERED = "recovered"  # the lease ran out on an ended run whose status never came: recorded
-    REPLAYED = "replayed"  # already finished: the waiter was resolved from the stored state
-    INVALID = "invalid"  # the message was recorded as invalid
-    JOINED = "joined"  # a join was registered and each member started, replayed or left
-    REFUSED = "refused"  # the wait would close a dependency cycle: DependencyCycle sent
-    FORWARDED = "forwarded"  # cirrus mode: sent to cirrus's process queue to run
-    ANSWERED = "answered"  # cirrus mode: a redelivery whose waiter had its answer already
-
-    @property
-    def metric_name(self) -> str:
-        """CloudWatch metric counting this action, e.g. ``ProcessStarted``."""
-        return "Process" + self.value.title().replace("_", "")
 
 
 class ProcessFlow:
@@ -107,71 +62,18 @@ class ProcessFlow:
         settings: Settings,
         states: StateTable,
         dependencies: DependencyTable,
-        sfn: SFNClient,
         bucket: PayloadBucket,
-        cycles: CycleGuard | None = None,
-        sqs: SQSClient | None = None,
-        manifests: ManifestReader | None = None,
-        cirrus: CirrusRuns | None = None,
+        runner: PayloadRunner,
+        cycles: CycleGuard,
+        joins: JoinRegistration,
     ) -> None:
         self.settings = settings
-        self.cirrus = cirrus
         self.states = states
         self.dependencies = dependencies
         self._bucket = bucket
-        self.cycles = cycles or CycleGuard(
-            states=states,
-            edges=WaitEdges(
-                dependencies.client,
-                dependencies.table_name,
-                retention_days=settings.waiter_retention_days,
-            ),
-            max_length=settings.cycle_depth,
-        )
-        self.runs = Runs(
-            settings=settings,
-            states=states,
-            sfn=sfn,
-            bucket=bucket,
-            recorder=UpdateStateFlow(
-                settings=settings,
-                states=states,
-                dependencies=dependencies,
-                sfn=sfn,
-                bucket=bucket,
-                sqs=sqs,
-            ),
-        )
-        self.joins = JoinRegistration(
-            joins=JoinStore(dependencies.client, dependencies.table_name),
-            dependencies=dependencies,
-            states=states,
-            bucket=bucket,
-            manifests=manifests,
-            cycles=self.cycles,
-            starter=self,
-            chunk_size=settings.join_chunk_size,
-            sqs=sqs,
-            queue_url=settings.join_queue_url or settings.process_queue_url,
-            sfn=sfn,
-        )
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Self:
-        """Flow wired to the default boto3 clients."""
-        dynamodb = client("dynamodb")
-        dependencies = DependencyTable(dynamodb, settings.dependency_table)
-        return cls(
-            settings=settings,
-            states=StateTable(dynamodb, settings.state_table),
-            dependencies=dependencies,
-            sfn=client("stepfunctions"),
-            bucket=PayloadBucket(client("s3"), settings.payload_bucket),
-            sqs=client("sqs"),
-            cirrus=(
-                CirrusRuns.from_settings(settings, dependencies) if settings.cirrus_mode else None
-            ),
-        )
+        self.runner = runner
+        self.cycles = cycles
+        self.joins = joins
 
     def parse(
         self, body: str, *, message_id: str | None = None
@@ -199,13 +101,13 @@ class ProcessFlow:
             return self._join(message)
         if isinstance(message, ProcessMessage):
             token = message.callback.task_token if message.callback else None
-            self.check_startable(message.payload, token)
+            self.runner.check_startable(message.payload, token)
         waiter_id = self._register(message)
         if waiter_id is not None and self._refuse_cycle(message, waiter_id):
             return ProcessAction.REFUSED
         if isinstance(message, WaitMessage):
-            return self._wait_only(message.payload_id, waiter_id)
-        return self._settle(message.payload, message.message_id, waiter_id)
+            return self.runner.wait_only(message.payload_id, waiter_id)
+        return self.runner.settle(message.payload, waiter_id, message_id=message.message_id)
 
     def _join(self, message: JoinMessage | JoinChunkMessage) -> ProcessAction:
         """Create a join or carry on registering it (flows/joins/registration.py)."""
@@ -214,33 +116,7 @@ class ProcessFlow:
         else:
             registered = self.joins.resume(message)
         action = ProcessAction.JOINED if registered else ProcessAction.REFUSED
-        self._count(action, join_partition_for(message.join_id))
-        return action
-
-    def settle_member(
-        self,
-        payload: ProcessPayload,
-        message_id: str | None,
-        row_id: str,
-        seen: PayloadStateItem | None,
-    ) -> str:
-        """Start, replay or leave one join member whose membership row is written."""
-        return self._settle(payload, message_id, row_id, seen).value
-
-    def _wait_only(self, payload_id: str, waiter_id: str | None) -> ProcessAction:
-        """Resolve a wait-only waiter if its payload already ended; never start it."""
-        if self.cirrus is not None:
-            action = ProcessAction(self.cirrus.wait_only(payload_id, waiter_id).value)
-            self._count(action, payload_id)
-            return action
-        seen = self.states.get(payload_id)
-        if waiter_id is None or seen is None or not seen.state.is_terminal:
-            action = ProcessAction.WAITING
-        else:
-            self.dependencies.resolve(payload_id, waiter_id, Resolution.of(seen, replayed=True))
-            action = ProcessAction.REPLAYED
-        logger.info("processed", extra={"action": action.value, "wait_only": True})
-        metrics.add_metric(name=action.metric_name, unit=MetricUnit.Count, value=1)
+        count(action, join_partition_for(message.join_id))
         return action
 
     def record_invalid(
@@ -368,10 +244,6 @@ class ProcessFlow:
 
     # ------------------------------------------------------------------ steps
 
-    def _count(self, action: ProcessAction, subject: str) -> None:
-        logger.info("processed", extra={"action": action.value, "payload_id": subject})
-        metrics.add_metric(name=action.metric_name, unit=MetricUnit.Count, value=1)
-
     def _refuse_cycle(self, message: ProcessMessage | WaitMessage, waiter_id: str) -> bool:
         """Turn the wait down with ``DependencyCycle`` if it closes a cycle.
 
@@ -390,14 +262,14 @@ class ProcessFlow:
             return True
         row = self.dependencies.get(message.payload_id, waiter_id)
         if row is not None and row.error_name is DependencyError.CYCLE:
-            self._count(ProcessAction.REFUSED, message.payload_id)  # a redelivery
+            count(ProcessAction.REFUSED, message.payload_id)  # a redelivery
             return True
         return False
 
     def _refused(self, subject: str, cycle: Cycle) -> None:
         logger.warning("wait refused: dependency cycle", extra={"cycle": cycle.describe()})
         metrics.add_metric(name="DependencyCycles", unit=MetricUnit.Count, value=1)
-        self._count(ProcessAction.REFUSED, subject)
+        count(ProcessAction.REFUSED, subject)
 
     def _register(self, message: ProcessMessage | WaitMessage) -> str | None:
         if message.callback is None:
@@ -422,93 +294,6 @@ class ProcessFlow:
             },
         )
         return waiter.waiter_id
-
-    def _settle(
-        self,
-        payload: ProcessPayload,
-        message_id: str | None,
-        row_id: str | None,
-        seen: PayloadStateItem | _Unread | None = _UNREAD,
-    ) -> ProcessAction:
-        """Start, replay or leave one payload; re-read after every lost race."""
-        if self.cirrus is not None:
-            # cirrus claims and runs it; its own conditional claim settles the races.
-            action = ProcessAction(self.cirrus.settle(payload, row_id).value)
-            self._count(action, payload.id)
-            return action
-        for _ in range(MAX_ROUNDS):
-            if isinstance(seen, _Unread):
-                seen = self.states.get(payload.id)
-            try:
-                action = self._advance(payload, message_id, seen, row_id)
-            except TransitionConflictError as exc:
-                logger.info("lost a race, reading again", extra={"reason": str(exc)})
-                seen = _UNREAD
-                continue
-            logger.info("processed", extra={"action": action.value, "payload_id": payload.id})
-            metrics.add_metric(name=action.metric_name, unit=MetricUnit.Count, value=1)
-            return action
-        raise TransitionConflictError(f"{payload.id} kept changing for {MAX_ROUNDS} rounds")
-
-    def _advance(
-        self,
-        payload: ProcessPayload,
-        message_id: str | None,
-        seen: PayloadStateItem | None,
-        row_id: str | None,
-    ) -> ProcessAction:
-        if seen is None or self._should_run(payload, message_id, seen):
-            claimed = self.states.claim(payload, seen, message_id=message_id)
-            self.runs.start(payload, claimed.attempt)
-            return ProcessAction.STARTED
-        if self.runs.lease_expired(payload, seen):
-            after = self.runs.after_lease(payload, message_id, seen)
-            if after is not None:
-                return ProcessAction(after.value)
-        if seen.state is PayloadState.CLAIMED:
-            return self._claimed(payload, message_id, seen)
-        if seen.state is PayloadState.PROCESSING:
-            return ProcessAction.WAITING
-        if row_id is not None:
-            self.dependencies.resolve(payload.id, row_id, Resolution.of(seen, replayed=True))
-        return ProcessAction.REPLAYED
-
-    def _claimed(
-        self, payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
-    ) -> ProcessAction:
-        """A live claim whose start may or may not have happened."""
-        if not self.runs.is_express(payload.workflow, seen):
-            # The claimer may have died before StartExecution; the name is
-            # deterministic, so starting again is harmless if it did not.
-            self.runs.start(payload, seen.attempt)
-            return ProcessAction.RESUMED_START
-        if message_id is not None and seen.claim_message_id == message_id:
-            # The claimer's own message again: its start failed or it died around it. A
-            # second start of this attempt could be a second run of it; a new attempt,
-            # under a new name, cannot run this one twice.
-            return ProcessAction(self.runs.take_over(payload, message_id, seen).value)
-        # An Express start is not idempotent: only the claimer (or its redelivery) starts;
-        # if neither comes back, the lease starts a new attempt.
-        return ProcessAction.WAITING
-
-    @staticmethod
-    def _should_run(
-        payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
-    ) -> bool:
-        if not seen.state.is_terminal:
-            return False
-        if message_id is not None and seen.claim_message_id == message_id:
-            # A redelivery of the message that started the last attempt is not
-            # a new submission: it must not run the payload again.
-            return False
-        return seen.state.reruns or payload.replace
-
-    def check_startable(self, payload: ProcessPayload, task_token: str | None) -> None:
-        """Refuse, before anything is written, a payload no execution could take."""
-        if self.cirrus is not None:
-            self.cirrus.check_runnable(payload, task_token)
-            return
-        self.runs.check_startable(payload, task_token)
 
 
 # A "task_token" field, plain or inside an SNS envelope's escaped JSON; tokens are

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from enum import StrEnum, unique
 from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -25,6 +24,7 @@ from dependency_tracker.errors import (
     TransitionConflictError,
     UnknownWorkflowError,
 )
+from dependency_tracker.flows.actions import ProcessAction
 from dependency_tracker.flows.update_state import UpdateAction, UpdateStateFlow
 from dependency_tracker.models import PayloadState, utcnow
 from dependency_tracker.observability import logger, metrics
@@ -53,14 +53,6 @@ LARGE_INPUT_PREFIX = "payloads"
 def lease_seconds(claim_lease_seconds: int, *, express: bool) -> int:
     """The lease of an attempt: the claim lease, at most EXPRESS_LEASE_SECONDS for Express."""
     return min(claim_lease_seconds, EXPRESS_LEASE_SECONDS) if express else claim_lease_seconds
-
-
-@unique
-class LeaseOutcome(StrEnum):
-    """What an expired lease led to (values are the process flow's action names)."""
-
-    RECOVERED = "recovered"  # the run had ended: its end was recorded
-    TOOK_OVER = "took_over"  # the run was gone: a new attempt started
 
 
 class Runs:
@@ -116,7 +108,7 @@ class Runs:
 
     def after_lease(
         self, payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
-    ) -> LeaseOutcome | None:
+    ) -> ProcessAction | None:
         """The lease ran out and no final state came: find out what became of the run.
 
         None while the run lives, or when it never started (the ``CLAIMED`` path
@@ -149,7 +141,7 @@ class Runs:
         # would; starting again would run a payload that may have succeeded.
         recorded = self.recorder.record_described(described)
         if recorded in (UpdateAction.RECORDED, UpdateAction.REPEATED):
-            return LeaseOutcome.RECOVERED
+            return ProcessAction.RECOVERED
         if recorded is UpdateAction.STALE:
             raise TransitionConflictError(f"{payload.id}: a newer run was recorded")
         # Its input is no payload of ours (cannot happen for runs we started): run again.
@@ -157,11 +149,11 @@ class Runs:
 
     def take_over(
         self, payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
-    ) -> LeaseOutcome:
+    ) -> ProcessAction:
         """Claim the attempt after ``seen`` (conditionally: once) and start it."""
         claimed = self.states.claim(payload, seen, message_id=message_id)
         self.start(payload, claimed.attempt)
-        return LeaseOutcome.TOOK_OVER
+        return ProcessAction.TOOK_OVER
 
     def _attempt_arn(self, payload: ProcessPayload, seen: PayloadStateItem) -> str | None:
         """The current attempt's execution, derived from its name; None for an Express run.

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import BaseModel, Field
 
 from dependency_tracker import naming
-from dependency_tracker.clients import client
 from dependency_tracker.errors import CallbackDeliveryError
 from dependency_tracker.flows.callback import CallbackAction, CallbackFlow
 from dependency_tracker.flows.cirrus import CirrusAction, CirrusEvents
@@ -105,23 +104,6 @@ class SweeperFlow:
         self.cursors = cursors
         self._clock = clock
         self._monotonic = monotonic
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Self:
-        """Flow wired to the default boto3 clients (no cursor without a payload bucket)."""
-        return cls(
-            settings=settings,
-            sweeps=SweepStore(
-                client("dynamodb"),
-                dependency_table=settings.dependency_table,
-                state_table=settings.state_table,
-            ),
-            callback=CallbackFlow.from_settings(settings),
-            cursors=None
-            if settings.payload_bucket is None
-            else CursorStore(client("s3"), settings.payload_bucket),
-            cirrus=CirrusEvents.from_settings(settings) if settings.cirrus_mode else None,
-        )
 
     def run(self, *, deadline: float | None = None) -> SweepReport:
         """Sweep once within the settings' budget (and ``deadline``, monotonic seconds)."""

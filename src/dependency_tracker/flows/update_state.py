@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 from enum import StrEnum, unique
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import ValidationError
 
 from dependency_tracker import naming
-from dependency_tracker.clients import client
 from dependency_tracker.errors import (
     ConfigurationError,
     InvalidMessageError,
@@ -32,7 +31,6 @@ from dependency_tracker.limits import utf8_size
 from dependency_tracker.models import ProcessPayload, Resolution, StatusChange
 from dependency_tracker.observability import logger, metrics
 from dependency_tracker.settings import ENV_PAYLOAD_BUCKET
-from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
 from dependency_tracker.text import clip
 
 if TYPE_CHECKING:
@@ -40,6 +38,7 @@ if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
 
     from dependency_tracker.settings import Settings
+    from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
 
 
 # Where an Express workflow writes the output its report names (simulate-express.asl.json);
@@ -86,19 +85,6 @@ class UpdateStateFlow:
         # The last DescribeExecution: a stopped execution no longer changes, and one
         # large execution needs both its input and its output from it.
         self._described: tuple[str, dict[str, Any]] | None = None
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Self:
-        """Flow wired to the default boto3 clients."""
-        dynamodb = client("dynamodb")
-        return cls(
-            settings=settings,
-            states=StateTable(dynamodb, settings.state_table),
-            dependencies=DependencyTable(dynamodb, settings.dependency_table),
-            sfn=client("stepfunctions"),
-            bucket=PayloadBucket(client("s3"), settings.payload_bucket),
-            sqs=client("sqs"),
-        )
 
     def handle(self, change: StatusChange) -> UpdateAction:
         """Record ``change`` on the payload and resolve the payload's waiters."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -13,11 +12,10 @@ from aws_lambda_powertools.utilities.batch import (
 )
 from pydantic import ValidationError
 
-from dependency_tracker.flows.callback import CallbackFlow
+from dependency_tracker import app
 from dependency_tracker.handlers.deadline import deadline_of
 from dependency_tracker.models import row_from_plain
 from dependency_tracker.observability import logger, metrics
-from dependency_tracker.settings import get_settings
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
@@ -26,15 +24,16 @@ if TYPE_CHECKING:
     )
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
+    from dependency_tracker.flows.callback import CallbackFlow
+
 processor = BatchProcessor(
     event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False
 )
 
 
-@cache
 def callback_flow() -> CallbackFlow:
-    """The flow of this Lambda environment, built on first use."""
-    return CallbackFlow.from_settings(get_settings())
+    """The flow of this Lambda environment (:func:`dependency_tracker.app.current`)."""
+    return app.current().callback
 
 
 def record_handler(record: DynamoDBRecord, lambda_context: LambdaContext | None = None) -> None:

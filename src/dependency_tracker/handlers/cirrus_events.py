@@ -6,7 +6,6 @@ topic (cirrus mode, docs/cirrus.md); bodies arrive raw or in an SNS envelope.
 
 from __future__ import annotations
 
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -16,23 +15,23 @@ from aws_lambda_powertools.utilities.batch import (
     process_partial_response,
 )
 
-from dependency_tracker.flows.cirrus import CirrusEvents
+from dependency_tracker import app
 from dependency_tracker.models.cirrus import WorkflowEvent
 from dependency_tracker.observability import logger, metrics
-from dependency_tracker.settings import get_settings
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
+    from dependency_tracker.flows.cirrus import CirrusEvents
+
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
-@cache
 def cirrus_events_flow() -> CirrusEvents:
-    """The flow of this Lambda environment, built on first use."""
-    return CirrusEvents.from_settings(get_settings())
+    """The flow of this Lambda environment (:func:`dependency_tracker.app.current`)."""
+    return app.current().cirrus_events
 
 
 def record_handler(record: SQSRecord) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -12,8 +11,8 @@ from aws_lambda_powertools.utilities.batch import (
     process_partial_response,
 )
 
+from dependency_tracker import app
 from dependency_tracker.errors import InvalidMessageError, UnknownWorkflowError
-from dependency_tracker.flows.process import ProcessFlow
 from dependency_tracker.models import (
     JoinChunkMessage,
     JoinMessage,
@@ -22,20 +21,20 @@ from dependency_tracker.models import (
     join_partition_for,
 )
 from dependency_tracker.observability import logger, metrics
-from dependency_tracker.settings import get_settings
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
+    from dependency_tracker.flows.process import ProcessFlow
+
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
-@cache
 def process_flow() -> ProcessFlow:
-    """The flow of this Lambda environment, built on first use."""
-    return ProcessFlow.from_settings(get_settings())
+    """The flow of this Lambda environment (:func:`dependency_tracker.app.current`)."""
+    return app.current().process
 
 
 def record_handler(record: SQSRecord) -> None:
@@ -81,7 +80,7 @@ def _last_receive(record: SQSRecord) -> int | None:
     Lambda's SQS records carry ``attributes.ApproximateReceiveCount``; the queue's
     ``maxReceiveCount`` is the setting ``process_max_receive_count`` (unset: never).
     """
-    limit = get_settings().process_max_receive_count
+    limit = app.current().settings.process_max_receive_count
     raw = record.attributes.approximate_receive_count
     if limit is None or raw is None or not raw.isdigit():
         return None

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from dependency_tracker.flows.sweeper import SweeperFlow
+from dependency_tracker import app
 from dependency_tracker.handlers.deadline import deadline_of
 from dependency_tracker.observability import logger, metrics
-from dependency_tracker.settings import Settings
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
+    from dependency_tracker.flows.sweeper import SweeperFlow
 
-@cache
+
 def sweeper_flow() -> SweeperFlow:
-    """The flow of this Lambda environment, built on first use."""
-    return SweeperFlow.from_settings(Settings.sweeper_from_env())
+    """The flow of this Lambda environment (:func:`dependency_tracker.app.current`)."""
+    return app.current().sweeper
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -7,7 +7,6 @@ Express workflows report their own end (they emit no such events).
 
 from __future__ import annotations
 
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -19,23 +18,23 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent
 from pydantic import ValidationError
 
-from dependency_tracker.flows.update_state import UpdateStateFlow
+from dependency_tracker import app
 from dependency_tracker.models import StatusChange, StatusReport
 from dependency_tracker.observability import logger, metrics
-from dependency_tracker.settings import get_settings
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
+    from dependency_tracker.flows.update_state import UpdateStateFlow
+
 report_processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
-@cache
 def update_state_flow() -> UpdateStateFlow:
-    """The flow of this Lambda environment, built on first use."""
-    return UpdateStateFlow.from_settings(get_settings())
+    """The flow of this Lambda environment (:func:`dependency_tracker.app.current`)."""
+    return app.current().update_state
 
 
 def report_record_handler(record: SQSRecord) -> None:

@@ -18,7 +18,10 @@ import boto3
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf import cloudwatch as emf_module
 from moto import mock_aws
 
-from dependency_tracker import clients, definitions, limits, settings
+from dependency_tracker import app as app_module
+from dependency_tracker import definitions, limits, settings
+from dependency_tracker.app import App
+from dependency_tracker.clients import new_client
 from dependency_tracker.handlers import callback, cirrus_events, process, sweeper, update_state
 from dependency_tracker.local import platform as platform_model
 from dependency_tracker.local.moto_costs import aws_like_costs
@@ -35,6 +38,7 @@ from dependency_tracker.local.strict import strict_limits
 from dependency_tracker.local.strict import wanted as strict_wanted
 from dependency_tracker.models.cirrus import subscription_attributes
 from dependency_tracker.observability import logger
+from dependency_tracker.settings import Settings
 from dependency_tracker.stores.schema import create_tables
 
 if TYPE_CHECKING:
@@ -164,6 +168,8 @@ class EmbeddedStack:
         self._runner: PumpRunner | None = None
         self._invoker: Invoker | None = None
         self.outputs: dict[str, Any] = {}
+        # The handlers' composition root while the stack runs (its settings, its clients).
+        self.app: App | None = None
         self.pumps: dict[str, SqsPump | ExecutionPump | StreamPump | SchedulePump] = {}
         self._sweeper: SchedulePump | None = None
 
@@ -184,26 +190,11 @@ class EmbeddedStack:
     def start(self) -> None:
         """Start moto, create every resource and start the pumps."""
         names = self._names()
+        # The AWS SDK's own variables, for any code in the process (moto is process-wide);
+        # the tracker's settings go to the handlers through the stack's app, not the environment.
         self._set_env(
-            {
-                "AWS_DEFAULT_REGION": self.region,
-                "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
-                "POWERTOOLS_TRACE_DISABLED": "true",
-                settings.ENV_STATE_TABLE: names["StateTableName"],
-                settings.ENV_DEPENDENCY_TABLE: names["DependencyTableName"],
-                settings.ENV_PREFIX: self.prefix,
-                settings.ENV_WORKFLOW_ARN_PREFIX: self._workflow_arn_prefix(),
-                settings.ENV_PAYLOAD_BUCKET: names["PayloadBucketName"],
-                # As the template: the redrive policy's count, so the last receive answers.
-                settings.ENV_PROCESS_MAX_RECEIVE_COUNT: str(self._max_receive_count),
-            }
+            {"AWS_DEFAULT_REGION": self.region, "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled"}
         )
-        if self._sweeper_min_age_seconds is not None:
-            self._set_env(
-                {settings.ENV_SWEEPER_MIN_AGE_SECONDS: str(self._sweeper_min_age_seconds)}
-            )
-        # Clients and flows built before now point at other resources.
-        _reset_caches()
         # A handler that had nothing to count (a filtered-out record) makes
         # Powertools warn on every invocation; in Lambda that is a log line.
         warnings.filterwarnings("ignore", message="No application metrics to publish")
@@ -228,20 +219,52 @@ class EmbeddedStack:
             self._model_platform()
             self._start_moto()
             self._create(names)
-            # Known only once the queue exists; read by update-state to chain steps.
-            self._set_env(
-                {
-                    settings.ENV_PROCESS_QUEUE_URL: self.outputs["ProcessQueueUrl"],
-                    settings.ENV_JOIN_QUEUE_URL: self.outputs["JoinQueueUrl"],
-                }
-            )
             if self._cirrus_prefix is not None:
                 self._create_cirrus(self._cirrus_prefix)
-            _build_flows()
+            self.app = App(self._settings(names), self._handler_client)
+            app_module.use(self.app)
             self._start_pumps()
         except BaseException:
             self.stop()
             raise
+
+    def _settings(self, names: dict[str, str]) -> Settings:
+        """The handlers' settings: ``DEPTRACK_*`` variables that are set, the stack's resources."""
+        found = self.outputs
+        return Settings.from_env(
+            state_table=names["StateTableName"],
+            dependency_table=names["DependencyTableName"],
+            prefix=self.prefix,
+            workflow_arn_prefix=self._workflow_arn_prefix(),
+            payload_bucket=names["PayloadBucketName"],
+            # As the template: the redrive policy's count, so the last receive answers.
+            process_max_receive_count=self._max_receive_count,
+            process_queue_url=found["ProcessQueueUrl"],
+            join_queue_url=found["JoinQueueUrl"],
+            sweeper_min_age_seconds=self._sweeper_min_age_seconds,
+            cirrus_state_table=found.get("CirrusStateTableName"),
+            cirrus_process_queue_url=found.get("CirrusProcessQueueUrl"),
+            cirrus_payload_bucket=found.get("CirrusPayloadBucketName"),
+        )
+
+    def _handler_client(self, service: str) -> Any:
+        """A client for the handlers: the tracker's config, bound to the stack."""
+        return new_client(service, region=self.region, endpoint_url=self.endpoint_url)
+
+    def configure(self, **changes: Any) -> App:
+        """Change settings of the running stack (e.g. ``claim_lease_seconds=3600``).
+
+        The handlers get a new app on these settings and the stack's clients.
+
+        Raises:
+            RuntimeError: The stack is not running.
+        """
+        if self.app is None:
+            msg = "the embedded stack is not running"
+            raise RuntimeError(msg)
+        self.app = App(self.app.settings.model_copy(update=changes), self.app.clients)
+        app_module.use(self.app)
+        return self.app
 
     def stop(self) -> None:
         """Stop the pumps, then moto; restore the environment."""
@@ -267,7 +290,9 @@ class EmbeddedStack:
             else:
                 os.environ[name] = value
         self._saved_env.clear()
-        _reset_caches()
+        if self.app is not None and app_module.current_or_none() is self.app:
+            app_module.use(None)
+        self.app = None
 
     def _restore_output(self) -> None:
         """Give the tracker's logger, stdout and moto's logger back their streams."""
@@ -473,14 +498,8 @@ class EmbeddedStack:
                 "CirrusEventDlqUrl": events_dlq_url,
             }
         )
+        # cirrus's own Lambdas read their configuration from the environment, as in Lambda.
         self._set_env(deployment.environment())
-        self._set_env(
-            {
-                settings.ENV_CIRRUS_STATE_TABLE: found["CirrusStateTableName"],
-                settings.ENV_CIRRUS_PROCESS_QUEUE_URL: found["CirrusProcessQueueUrl"],
-                settings.ENV_CIRRUS_PAYLOAD_BUCKET: found["CirrusPayloadBucketName"],
-            }
-        )
 
     def _queue_with_dlq(self, sqs: Any, name: str, dlq_name: str) -> tuple[str, str]:
         """A queue whose failed messages reach ``dlq_name`` after ``max_receive_count``."""
@@ -588,31 +607,6 @@ def queue_arn(sqs: Any, queue_url: str) -> str:
 def _log_handler(powertools_logger: Any) -> logging.StreamHandler[IO[str]]:
     handler: logging.StreamHandler[IO[str]] = powertools_logger.registered_handler
     return handler
-
-
-def _reset_caches() -> None:
-    settings.get_settings.cache_clear()
-    clients.client.cache_clear()
-    process.process_flow.cache_clear()
-    update_state.update_state_flow.cache_clear()
-    callback.callback_flow.cache_clear()
-    sweeper.sweeper_flow.cache_clear()
-    cirrus_events.cirrus_events_flow.cache_clear()
-
-
-def _build_flows() -> None:
-    """Build every handler's flow (and its clients) before the pump threads start.
-
-    ``functools.cache`` does not hold a lock: two pump threads missing it at once
-    would each build a flow with a client of its own, and a test that hooks "the"
-    client (a fault, a probe) would miss the other one.
-    """
-    process.process_flow()
-    update_state.update_state_flow()
-    callback.callback_flow()
-    sweeper.sweeper_flow()
-    if settings.get_settings().cirrus_mode:
-        cirrus_events.cirrus_events_flow()
 
 
 # The first name, kept as an alias: the public contract names it (docs/versioning.md).

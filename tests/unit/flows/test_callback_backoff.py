@@ -18,9 +18,10 @@ from botocore.awsrequest import AWSResponse, HTTPHeaders
 from botocore.exceptions import ClientError
 
 from dependency_tracker import clients
+from dependency_tracker.app import App
 from dependency_tracker.errors import CallbackDeliveryError
 from dependency_tracker.flows.backoff import Backoff, is_transient
-from dependency_tracker.flows.callback import CallbackAction, CallbackFlow
+from dependency_tracker.flows.callback import CallbackAction
 from dependency_tracker.flows.sweeper import SweeperFlow
 from dependency_tracker.handlers import callback as callback_handler
 from dependency_tracker.local.context import LocalContext
@@ -176,7 +177,7 @@ def test_a_storm_outlasting_the_stream_retries_still_answers_the_parent_once(
     sweeper = SweeperFlow(
         settings=aws.settings,
         sweeps=SweepStore(aws.dynamodb, dependency_table=DEPENDENCY_TABLE, state_table=STATE_TABLE),
-        callback=CallbackFlow.from_settings(aws.settings),
+        callback=App(aws.settings, clients.client).callback,
         clock=lambda: utcnow() + timedelta(minutes=16),
     )
     report = sweeper.run()
@@ -216,12 +217,12 @@ def test_throttling_and_server_errors_are_retried_in_place(
     # GIVEN a terminal row and Step Functions refusing its first two sends
     waiter = stored_waiter(aws)
     time = FakeTime()
-    flow = CallbackFlow(
-        settings=aws.settings,
+    flow = App(
+        aws.settings,
+        clients.client,
         dependencies=aws.dependencies,
-        sfn=clients.client("stepfunctions"),
         backoff=Backoff(sleep=time.sleep, clock=time.clock),
-    )
+    ).callback
     # WHEN the flow handles the row
     with SendStorm(code=code, status=status, limit=2).on(clients.client("stepfunctions")):
         action = flow.handle(waiter)
@@ -236,12 +237,12 @@ def test_other_refusals_fail_the_record_at_once(aws: Aws, probe: SendProbe, code
     # GIVEN a terminal row and Step Functions refusing its send for a reason waiting won't fix
     waiter = stored_waiter(aws)
     time = FakeTime()
-    flow = CallbackFlow(
-        settings=aws.settings,
+    flow = App(
+        aws.settings,
+        clients.client,
         dependencies=aws.dependencies,
-        sfn=clients.client("stepfunctions"),
         backoff=Backoff(sleep=time.sleep, clock=time.clock),
-    )
+    ).callback
     # WHEN the flow handles the row THEN it fails after one try, without waiting
     with (
         SendStorm(code=code, limit=1).on(clients.client("stepfunctions")),

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
+from dependency_tracker import clients
+from dependency_tracker.app import App
 from dependency_tracker.errors import InvalidMessageError
-from dependency_tracker.flows import ProcessFlow
-from dependency_tracker.flows.callback import CallbackFlow
 from dependency_tracker.flows.cirrus import CirrusAction, CirrusEvents, CirrusRuns
 from dependency_tracker.flows.process import ProcessAction
 from dependency_tracker.flows.sweeper import SweeperFlow
@@ -41,7 +41,7 @@ from dependency_tracker.models.cirrus import (
     cirrus_id_problem,
     cirrus_key,
 )
-from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
+from dependency_tracker.stores import DependencyTable, PayloadBucket
 from dependency_tracker.stores.cirrus import CirrusQueue, CirrusStateTable
 from dependency_tracker.stores.sweeps import SweepStore
 from tests.conftest import DEPENDENCY_TABLE, STATE_TABLE, Aws, payload
@@ -49,6 +49,8 @@ from tests.interleave import Run, Scheduler, explore
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from dependency_tracker.flows import ProcessFlow
 
 CIRRUS_TABLE = "cirrus-state"
 CIRRUS_BUCKET = "cirrus-payloads"
@@ -107,16 +109,20 @@ class Cirrus:
 
     def process_flow(self, dynamodb: Any | None = None) -> ProcessFlow:
         client = dynamodb or self.aws.dynamodb
-        return ProcessFlow(
-            settings=self.aws.settings.model_copy(
+        return App(
+            self.aws.settings.model_copy(
                 update={"cirrus_state_table": CIRRUS_TABLE, "cirrus_process_queue_url": "q"}
             ),
-            states=StateTable(client, STATE_TABLE),
+            {
+                "dynamodb": client,
+                "stepfunctions": self.aws.sfn,
+                "s3": self.aws.s3,
+                "sqs": self.aws.sqs,
+            },
             dependencies=DependencyTable(client, DEPENDENCY_TABLE, resolve_concurrency=1),
-            sfn=self.aws.sfn,
             bucket=PayloadBucket(self.aws.s3),
-            cirrus=self.runs(client),
-        )
+            runner=self.runs(client),
+        ).process
 
     def forwarded(self) -> list[dict[str, Any]]:
         """Bodies on cirrus's process queue (received and deleted)."""
@@ -390,7 +396,7 @@ def test_the_sweeper_resolves_waiters_whose_event_was_lost(aws: Aws, cirrus: Cir
     flow = SweeperFlow(
         settings=aws.settings.model_copy(update={"sweeper_min_age_seconds": 0}),
         sweeps=SweepStore(aws.dynamodb, dependency_table=DEPENDENCY_TABLE, state_table=STATE_TABLE),
-        callback=CallbackFlow.from_settings(aws.settings),
+        callback=App(aws.settings, clients.client).callback,
         cirrus=cirrus.events(),
         clock=lambda: later,
     )

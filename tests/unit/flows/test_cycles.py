@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
-from dependency_tracker.flows import CallbackFlow, ProcessFlow
 from dependency_tracker.flows.cycles import Cycle, CycleGuard
 from dependency_tracker.flows.process import ProcessAction
 from dependency_tracker.models import (
@@ -33,6 +32,8 @@ from tests.interleave import Flow, Run, Scheduler, explore
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
+    from dependency_tracker.flows import ProcessFlow
+
 
 def guard(aws: Aws, max_length: int = 10, max_nodes: int = 1_000) -> CycleGuard:
     edges = WaitEdges(aws.dynamodb, aws.dependencies.table_name, retention_days=7)
@@ -50,7 +51,7 @@ def running(aws: Aws, *names: str) -> list[str]:
 
 
 def flow(aws: Aws) -> ProcessFlow:
-    return ProcessFlow.from_settings(aws.settings)
+    return aws.app().process
 
 
 def wait_message(name: str, waiter: str, token: str) -> str:
@@ -217,7 +218,7 @@ def test_the_closing_wait_gets_dependency_cycle(aws: Aws, sent: list[dict[str, A
     assert row.error_name is DependencyError.CYCLE
     assert row.cause == f"waiting would close a dependency cycle: {b} -> {a} -> {b}"
     # AND the callback flow sends SendTaskFailure(DependencyCycle) to B's parent
-    callback = CallbackFlow(settings=aws.settings, dependencies=aws.dependencies, sfn=aws.sfn)
+    callback = aws.app(dependencies=aws.dependencies).callback
     callback.handle(row)
     assert [c["operation"] for c in sent] == ["SendTaskFailure"]
     assert sent[0]["taskToken"] == "token-b"
@@ -290,7 +291,7 @@ def test_a_join_closing_a_cycle_is_refused_before_any_member_starts(
     rows = list(aws.dependencies.rows(payload_id("c")))
     assert rows == []
     # AND the parent is told DependencyCycle with the join summary and the cycle
-    callback = CallbackFlow(settings=aws.settings, dependencies=aws.dependencies, sfn=aws.sfn)
+    callback = aws.app(dependencies=aws.dependencies).callback
     callback.handle(join)
     assert [c["error"] for c in sent] == ["DependencyCycle"]
     summary = json.loads(sent[0]["cause"])

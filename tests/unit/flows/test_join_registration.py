@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dependency_tracker.errors import InvalidMessageError
-from dependency_tracker.flows.callback import CallbackFlow
-from dependency_tracker.flows.process import ProcessAction, ProcessFlow
+from dependency_tracker.flows.process import ProcessAction
 from dependency_tracker.limits import item_size
 from dependency_tracker.models import (
     DependencyError,
@@ -56,17 +55,9 @@ class Harness:
             }
         )
         self.bucket = PayloadBucket(aws.s3, BUCKET)
-        self.flow = ProcessFlow(
-            settings=self.settings,
-            states=aws.states,
-            dependencies=aws.dependencies,
-            sfn=aws.sfn,
-            bucket=self.bucket,
-            sqs=aws.sqs,
-        )
-        self.callback = CallbackFlow(
-            settings=self.settings, dependencies=aws.dependencies, sfn=aws.sfn, bucket=self.bucket
-        )
+        root = aws.app(self.settings, dependencies=aws.dependencies, bucket=self.bucket)
+        self.flow = root.process
+        self.callback = root.callback
         self.joins = JoinStore(aws.dynamodb, aws.dependencies.table_name)
 
     def send(self, body: dict[str, Any], message_id: str = "m-0") -> ProcessAction:

@@ -18,6 +18,7 @@ import boto3
 import pytest
 
 from dependency_tracker import naming
+from dependency_tracker.app import App
 from dependency_tracker.flows import ProcessFlow, UpdateStateFlow
 from dependency_tracker.models import (
     JoinMessage,
@@ -27,7 +28,7 @@ from dependency_tracker.models import (
     StatusChange,
     waiter_id_for,
 )
-from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
+from dependency_tracker.stores import DependencyTable, StateTable
 from tests.conftest import DEPENDENCY_TABLE, STATE_TABLE, WORKFLOW_ARN_PREFIX, Aws, payload
 from tests.interleave import Run, Scheduler, explore
 
@@ -72,13 +73,16 @@ class Harness:
 
     def process_flow(self, label: str) -> ProcessFlow:
         side = self.sides[label]
-        return ProcessFlow(
-            settings=self.aws.settings,
-            states=StateTable(side.dynamodb, STATE_TABLE),
+        return App(
+            self.aws.settings,
+            {
+                "dynamodb": side.dynamodb,
+                "stepfunctions": side.sfn,
+                "s3": self.aws.s3,
+                "sqs": self.aws.sqs,
+            },
             dependencies=DependencyTable(side.dynamodb, DEPENDENCY_TABLE, resolve_concurrency=1),
-            sfn=side.sfn,
-            bucket=PayloadBucket(self.aws.s3),
-        )
+        ).process
 
     def update_flow(self, label: str) -> UpdateStateFlow:
         side = self.sides[label]

@@ -21,9 +21,9 @@ import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 
 from dependency_tracker import clients
+from dependency_tracker.app import App
 from dependency_tracker.errors import ConfigurationError
 from dependency_tracker.flows.backoff import Backoff
-from dependency_tracker.flows.callback import CallbackFlow
 from dependency_tracker.flows.sweeper import SweeperFlow
 from dependency_tracker.models import (
     PayloadState,
@@ -33,7 +33,6 @@ from dependency_tracker.models import (
     waiter_id_for,
 )
 from dependency_tracker.settings import Settings
-from dependency_tracker.stores import DependencyTable
 from dependency_tracker.stores.sweeps import CursorStore, SweepStore
 from tests.conftest import DEPENDENCY_TABLE, STATE_TABLE, Aws, moto_query_page
 from tests.interleave import Run, Scheduler, explore
@@ -137,12 +136,15 @@ def sweeper(
     return SweeperFlow(
         settings=configured,
         sweeps=SweepStore(dynamodb, dependency_table=DEPENDENCY_TABLE, state_table=STATE_TABLE),
-        callback=CallbackFlow(
-            settings=configured,
-            dependencies=DependencyTable(dynamodb, DEPENDENCY_TABLE),
-            sfn=sfn or clients.client("stepfunctions"),
+        callback=App(
+            configured,
+            {
+                "dynamodb": dynamodb,
+                "stepfunctions": sfn or clients.client("stepfunctions"),
+                "s3": aws.s3,
+            },
             backoff=Backoff(sleep=lambda _seconds: None),
-        ),
+        ).callback,
         cursors=cursors,
         clock=clock,
         **extra,
@@ -260,11 +262,9 @@ def test_every_interleaving_of_a_sweep_and_the_stream_handler_answers_the_parent
     parents = Parents()
     race = Race(aws, parents)
     stream, sweep = race.sides["stream"], race.sides["sweep"]
-    callback = CallbackFlow(
-        settings=aws.settings,
-        dependencies=DependencyTable(stream.dynamodb, DEPENDENCY_TABLE),
-        sfn=stream.sfn,
-    )
+    callback = App(
+        aws.settings, {"dynamodb": stream.dynamodb, "stepfunctions": stream.sfn, "s3": aws.s3}
+    ).callback
     flow = sweeper(aws, dynamodb=sweep.dynamodb, sfn=sweep.sfn)
     senders: Counter[str] = Counter()
 
@@ -438,20 +438,20 @@ def test_rows_in_random_order_of_age_are_judged_by_resolution_time(
 
 
 def test_the_sweeper_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    # GIVEN the sweeper's variables set WHEN its settings are read THEN they hold them
+    # GIVEN no sweeper variable WHEN settings are read THEN they hold the defaults
+    defaults = Settings.from_env()
+    assert (defaults.sweeper_min_age_seconds, defaults.sweeper_max_pages) == (900, 100)
+    # GIVEN the sweeper's variables set (the template sets them on the sweeper alone)
     monkeypatch.setenv("DEPTRACK_SWEEPER_MIN_AGE_SECONDS", "0")
     monkeypatch.setenv("DEPTRACK_SWEEPER_MAX_PAGES", "7")
     monkeypatch.setenv("DEPTRACK_SWEEPER_TIME_BUDGET_SECONDS", "30")
-    configured = Settings.sweeper_from_env()
+    configured = Settings.from_env()
     assert (
         configured.sweeper_min_age_seconds,
         configured.sweeper_max_pages,
         configured.sweeper_time_budget_seconds,
     ) == (0, 7, 30)
-    # while the other functions' settings keep the defaults
-    defaults = Settings.from_env()
-    assert (defaults.sweeper_min_age_seconds, defaults.sweeper_max_pages) == (900, 100)
     # AND a page budget of 0 is refused
     monkeypatch.setenv("DEPTRACK_SWEEPER_MAX_PAGES", "0")
-    with pytest.raises(ConfigurationError):
-        Settings.sweeper_from_env()
+    with pytest.raises(ConfigurationError, match="at least 1"):
+        Settings.from_env()

@@ -17,7 +17,7 @@ from dependency_tracker.flows.process import _token_in
 from dependency_tracker.handlers import process as process_handler
 from dependency_tracker.handlers.process import lambda_handler
 from dependency_tracker.models import DependencyError, PayloadState, waiter_id_for
-from tests.conftest import WORKFLOW_ARN_PREFIX, payload
+from tests.conftest import WORKFLOW_ARN_PREFIX, fresh_app, payload
 from tests.unit.handlers.conftest import sqs_event
 
 if TYPE_CHECKING:
@@ -38,8 +38,7 @@ def last_receive(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> Aws:
     monkeypatch.setenv(settings.ENV_PAYLOAD_BUCKET, BUCKET)
     monkeypatch.setenv(settings.ENV_PROCESS_QUEUE_URL, aws.queue_url)
     aws.s3.create_bucket(Bucket=BUCKET)
-    settings.get_settings.cache_clear()
-    process_handler.process_flow.cache_clear()
+    fresh_app()
     return aws
 
 
@@ -184,8 +183,7 @@ def test_a_join_chunk_failing_its_last_receive_fails_the_join(
     # GIVEN a join registered one member per invocation, whose second member's object
     # is not there: the first invocation sends a join_chunk message for it
     monkeypatch.setenv(settings.ENV_JOIN_CHUNK_SIZE, "1")
-    settings.get_settings.cache_clear()
-    process_handler.process_flow.cache_clear()
+    fresh_app()
     join = {
         "join": {"task_token": "tok-chunked", "join_id": "chunked"},
         "payloads": [payload("member-1"), {"url": MISSING_KEY}],
@@ -226,8 +224,7 @@ def test_only_a_readable_token_is_answered_and_only_with_the_setting(
     assert answer(last_receive, "on", "tok-on") is not None
     # WHEN the setting is unset, the rule is off: the parent is left to its timeout
     monkeypatch.delenv(settings.ENV_PROCESS_MAX_RECEIVE_COUNT)
-    settings.get_settings.cache_clear()
-    process_handler.process_flow.cache_clear()
+    fresh_app()
     assert deliver(wait(MISSING_KEY, "tok-off"), lambda_context, receive=99, message_id="off") == [
         "off"
     ]

@@ -79,9 +79,8 @@ def sent(aws: Aws) -> Sent:
 
 
 def flow(aws: Aws, bucket: PayloadBucket | None) -> CallbackFlow:
-    return CallbackFlow(
-        settings=aws.settings, dependencies=aws.dependencies, sfn=aws.sfn, bucket=bucket
-    )
+    # No bucket: one without a name, which can write nothing (as no bucket at all).
+    return aws.app(bucket=bucket or PayloadBucket(aws.s3)).callback
 
 
 def stored_objects(aws: Aws) -> dict[str, str]:

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.exceptions import ClientError
 
-from dependency_tracker import limits, naming, settings
+from dependency_tracker import app, limits, naming
 from dependency_tracker.flows import runs as runs_module
-from dependency_tracker.handlers.process import lambda_handler, process_flow
+from dependency_tracker.handlers.process import lambda_handler
 from dependency_tracker.handlers.update_state import lambda_handler as update_state_handler
 from dependency_tracker.local.events import status_change_event
 from dependency_tracker.models import PayloadState, ProcessPayload, waiter_id_for
@@ -21,6 +21,7 @@ from tests.conftest import (
     ROLE_ARN,
     WORKFLOW_ARN_PREFIX,
     Aws,
+    fresh_app,
     load_event,
     payload,
     payload_id,
@@ -332,8 +333,7 @@ def test_a_run_that_ended_unreported_is_recorded_after_its_lease_not_run_again(
     assert (same.state, same.attempt) == (PayloadState.PROCESSING, 1)
     # WHEN another waiter's message arrives after the lease
     monkeypatch.setenv("DEPTRACK_CLAIM_LEASE_SECONDS", "60")
-    settings.get_settings.cache_clear()
-    process_flow.cache_clear()
+    fresh_app()
     age_claim(aws, payload_id(), 120)
     after = payload(callback={"task_token": "t2"})
     assert failures(lambda_handler(sqs_event(after, ids=["after"]), lambda_context)) == []
@@ -361,8 +361,7 @@ def test_a_started_run_that_cannot_be_found_is_taken_over_after_its_lease(
     claimed = aws.states.claim(ProcessPayload.model_validate(payload()), None)
     aws.states.set_processing(payload_id(), claimed.attempt, "arn:aws:states:gone")
     monkeypatch.setenv("DEPTRACK_CLAIM_LEASE_SECONDS", "60")
-    settings.get_settings.cache_clear()
-    process_flow.cache_clear()
+    fresh_app()
     age_claim(aws, payload_id(), 120)
     # WHEN a message arrives after the lease
     assert failures(lambda_handler(sqs_event(payload()), lambda_context)) == []
@@ -386,18 +385,17 @@ def test_an_express_run_past_its_lease_is_taken_over_without_describing_it(
     claimed = aws.states.claim(ProcessPayload.model_validate(payload()), None)
     aws.states.set_processing(payload_id(), claimed.attempt, express)
     monkeypatch.setenv("DEPTRACK_CLAIM_LEASE_SECONDS", "60")
-    settings.get_settings.cache_clear()
-    process_flow.cache_clear()
+    fresh_app()
     age_claim(aws, payload_id(), 120)
     described: list[str] = []
     real = aws.sfn.describe_execution
-    flow = process_flow()
+    runs = app.current().runs
 
     def describe(**kwargs: Any) -> Any:
         described.append(kwargs["executionArn"])
         return real(**kwargs)
 
-    monkeypatch.setattr(flow.runs._sfn, "describe_execution", describe)
+    monkeypatch.setattr(runs._sfn, "describe_execution", describe)
     # WHEN a message arrives after the lease
     assert failures(lambda_handler(sqs_event(payload()), lambda_context)) == []
     # THEN attempt 2 runs under a new name, and the Express run was never described
@@ -470,14 +468,14 @@ def express_workflow(aws: Aws) -> None:
 
 def count_starts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     started: list[str] = []
-    flow = process_flow()
-    real = flow.runs._sfn.start_execution
+    runs = app.current().runs
+    real = runs._sfn.start_execution
 
     def start(**kwargs: Any) -> Any:
         started.append(kwargs["name"])
         return real(**kwargs)
 
-    monkeypatch.setattr(flow.runs._sfn, "start_execution", start)
+    monkeypatch.setattr(runs._sfn, "start_execution", start)
     return started
 
 
@@ -524,18 +522,17 @@ def test_an_express_input_past_100_kb_goes_by_pointer(
     # in one 256 KiB SQS message) and the same for a Standard one
     aws.s3.create_bucket(Bucket="deptrack-payloads")
     monkeypatch.setenv("DEPTRACK_PAYLOAD_BUCKET", "deptrack-payloads")
-    settings.get_settings.cache_clear()
-    process_flow.cache_clear()
+    fresh_app()
     express_workflow(aws)
     inputs: dict[str, str] = {}
-    flow = process_flow()
-    real = flow.runs._sfn.start_execution
+    runs = app.current().runs
+    real = runs._sfn.start_execution
 
     def start(**kwargs: Any) -> Any:
         inputs[kwargs["stateMachineArn"].rsplit("-", 1)[-1]] = kwargs["input"]
         return real(**kwargs)
 
-    monkeypatch.setattr(flow.runs._sfn, "start_execution", start)
+    monkeypatch.setattr(runs._sfn, "start_execution", start)
     for workflow in ("quick", "pass"):
         body = payload(workflow=workflow)
         body["features"][0]["properties"] = {"blob": "x" * 150_000}
@@ -552,8 +549,8 @@ def test_an_express_claim_whose_start_failed_is_retried_by_its_own_message_as_a_
     # GIVEN an Express payload whose claimer's StartExecution was throttled (it stays CLAIMED,
     # and the message fails to be redelivered)
     express_workflow(aws)
-    flow = process_flow()
-    real = flow.runs._sfn.start_execution
+    runs = app.current().runs
+    real = runs._sfn.start_execution
     started: list[str] = []
 
     def start(**kwargs: Any) -> Any:
@@ -562,7 +559,7 @@ def test_an_express_claim_whose_start_failed_is_retried_by_its_own_message_as_a_
             raise ClientError({"Error": {"Code": "ThrottlingException"}}, "StartExecution")
         return real(**kwargs)
 
-    monkeypatch.setattr(flow.runs._sfn, "start_execution", start)
+    monkeypatch.setattr(runs._sfn, "start_execution", start)
     body = payload(workflow="quick", callback={"task_token": "t"})
     assert failures(lambda_handler(sqs_event(body, ids=["m-1"]), lambda_context)) == ["m-1"]
     # WHEN the same message comes back
@@ -594,10 +591,9 @@ def test_an_express_input_is_inline_up_to_100000_bytes_and_by_pointer_past_them(
     # GIVEN an Express workflow and a payload bucket
     aws.s3.create_bucket(Bucket="deptrack-payloads")
     monkeypatch.setenv("DEPTRACK_PAYLOAD_BUCKET", "deptrack-payloads")
-    settings.get_settings.cache_clear()
-    process_flow.cache_clear()
+    fresh_app()
     express_workflow(aws)
-    runs = process_flow().runs
+    runs = app.current().runs
     limit = runs_module.MAX_EXPRESS_INLINE_INPUT_BYTES
     # THEN an input of exactly the limit goes inline, one byte more by pointer
     assert json.loads(runs.input(sized("quick", limit), 1))["id"] == payload_id(workflow="quick")

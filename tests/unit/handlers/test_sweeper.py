@@ -15,7 +15,15 @@ from dependency_tracker.local.pumps import scheduled_event
 from dependency_tracker.models import PayloadState, PayloadStateItem, WaiterItem, utcnow
 from dependency_tracker.observability import metrics
 from dependency_tracker.stores.sweeps import CURSOR_KEY
-from tests.conftest import ACCOUNT, DEPENDENCY_TABLE, REGION, STATE_TABLE, Aws, moto_query_page
+from tests.conftest import (
+    ACCOUNT,
+    DEPENDENCY_TABLE,
+    REGION,
+    STATE_TABLE,
+    Aws,
+    fresh_app,
+    moto_query_page,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -36,10 +44,10 @@ def fresh_flow(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     in Lambda each invocation publishes only its own.
     """
     monkeypatch.setenv(settings.ENV_PAYLOAD_BUCKET, BUCKET)
-    sweeper_handler.sweeper_flow.cache_clear()
+    fresh_app()
     metrics.clear_metrics()
     yield
-    sweeper_handler.sweeper_flow.cache_clear()
+    fresh_app()
 
 
 def context(timeout_seconds: int = 120) -> LocalContext:

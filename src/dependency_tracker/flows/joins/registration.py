@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import ClientError
@@ -66,28 +66,13 @@ if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
 
     from dependency_tracker.flows.cycles import Cycle, CycleGuard
-    from dependency_tracker.models import PayloadStateItem, ProcessPayload
+    from dependency_tracker.flows.runner import PayloadRunner
+    from dependency_tracker.models import ProcessPayload
     from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
     from dependency_tracker.stores.joins import JoinStore
 
 # Key prefix, in the payload bucket, of inline member lists too long for one chunk.
 JOIN_MEMBERS_PREFIX = "joins"
-
-
-class MemberStarter(Protocol):
-    """What registration needs from the process flow to run a member."""
-
-    def check_startable(self, payload: ProcessPayload, task_token: str | None) -> None:
-        """Refuse a payload no execution could take."""
-
-    def settle_member(
-        self,
-        payload: ProcessPayload,
-        message_id: str | None,
-        row_id: str,
-        seen: PayloadStateItem | None,
-    ) -> str:
-        """Start, replay or leave one member; returns what was done."""
 
 
 class Position:
@@ -119,9 +104,9 @@ class JoinRegistration:
         dependencies: DependencyTable,
         states: StateTable,
         bucket: PayloadBucket,
-        manifests: ManifestReader | None,
+        manifests: ManifestReader,
         cycles: CycleGuard,
-        starter: MemberStarter,
+        runner: PayloadRunner,
         chunk_size: int,
         sqs: SQSClient | None,
         queue_url: str | None,
@@ -133,7 +118,7 @@ class JoinRegistration:
         self._bucket = bucket
         self._manifests = manifests
         self.cycles = cycles
-        self._starter = starter
+        self._runner = runner
         self.chunk_size = chunk_size
         self._sqs = sqs
         self._queue_url = queue_url
@@ -336,7 +321,7 @@ class JoinRegistration:
         self, position: Position, first_index: int, token: str | None
     ) -> tuple[list[ProcessPayload], Position | None, ObjectVersion]:
         """One chunk from ``position``: its payloads, the rest, and the version read."""
-        piece = self._reader().read(
+        piece = self._manifests.read(
             position.url, offset=position.offset, limit=self.chunk_size, version=position.version
         )
         payloads = read_members(
@@ -348,11 +333,6 @@ class JoinRegistration:
         )
         rest = None if piece.end else Position(position.url, piece.next_offset, piece.version)
         return payloads, rest, piece.version
-
-    def _reader(self) -> ManifestReader:
-        if self._manifests is None:  # built on first use: most joins never read one
-            self._manifests = ManifestReader(self._bucket.client)
-        return self._manifests
 
     def _continues(self) -> bool:
         return self._bucket.writable and self._sqs is not None and self._queue_url is not None
@@ -421,7 +401,7 @@ class JoinRegistration:
     def _chunk_starts(self, join: JoinItem, rest: Position) -> list[Position]:
         """Where each chunk after the first starts: one pass over the rest of the list."""
         try:
-            offsets = self._reader().chunk_starts(
+            offsets = self._manifests.chunk_starts(
                 rest.url, offset=rest.offset, limit=self.chunk_size, version=rest.version
             )
         except InvalidMessageError as exc:
@@ -517,7 +497,7 @@ class JoinRegistration:
         """Register one chunk's members and run them; False when the join was refused."""
         for payload in payloads:
             try:
-                self._starter.check_startable(payload, join.task_token)
+                self._runner.check_startable(payload, join.task_token)
             except InvalidMessageError as exc:
                 # The join, not one wait, is refused: its parent catches InvalidJoin.
                 raise InvalidMessageError(
@@ -572,9 +552,9 @@ class JoinRegistration:
         seen = self.states.batch_get(own)
         actions: dict[str, int] = {}
         for member in own:
-            action = self._starter.settle_member(
-                distinct[member], message_id, membership_id, seen.get(member)
-            )
+            action = self._runner.settle(
+                distinct[member], membership_id, message_id=message_id, seen=seen.get(member)
+            ).value
             actions[action] = actions.get(action, 0) + 1
         recorded = self.joins.finish_chunk(
             ChunkItem.of(join.join_id, index, own, repeated, now),

@@ -1,0 +1,377 @@
+"""The composition root: settings and a client factory in, every store and flow out, built once.
+
+Each part is built on first use (a Lambda function builds only what its handler
+needs) and then kept: the process function's flow, the update-state flow it records
+lease takeovers with, and the join registration all share one state table, one
+dependency table and one set of clients. No flow builds another flow or a store:
+they are handed what they use here.
+
+In Lambda, :func:`current` builds the one ``App`` of the environment from
+``Settings.from_env()`` and boto3's default clients. The embedded stack and the
+tests build their own (their settings, their clients) and :func:`use` it; nothing
+is read from or written to ``os.environ`` for them.
+
+Example:
+    >>> app = App(settings, clients={"dynamodb": dynamodb, "stepfunctions": sfn})  # doctest: +SKIP
+    >>> app.process.handle(message)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from dependency_tracker.clients import client
+from dependency_tracker.flows.callback import CallbackFlow
+from dependency_tracker.flows.cirrus import CirrusEvents, CirrusRuns
+from dependency_tracker.flows.cycles import CycleGuard
+from dependency_tracker.flows.joins.counting import JoinCounting
+from dependency_tracker.flows.joins.registration import JoinRegistration
+from dependency_tracker.flows.process import ProcessFlow
+from dependency_tracker.flows.runner import PayloadRunner, TrackerRunner
+from dependency_tracker.flows.runs import Runs
+from dependency_tracker.flows.sweeper import SweeperFlow
+from dependency_tracker.flows.update_state import UpdateStateFlow
+from dependency_tracker.settings import Settings
+from dependency_tracker.stores import DependencyTable, ManifestReader, PayloadBucket, StateTable
+from dependency_tracker.stores.cirrus import CirrusQueue, CirrusStateTable
+from dependency_tracker.stores.joins import JoinStore
+from dependency_tracker.stores.sweeps import CursorStore, SweepStore
+from dependency_tracker.stores.wait_edges import WaitEdges
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_stepfunctions import SFNClient
+
+    from dependency_tracker.flows.backoff import Backoff
+
+ClientFactory = Callable[[str], Any]
+"""``service name -> boto3 client`` (e.g. ``"dynamodb"``); called once per service."""
+
+_T = TypeVar("_T")
+
+
+class Clients:
+    """One boto3 client per service, made by a factory on first use and then kept."""
+
+    def __init__(self, factory: ClientFactory | Mapping[str, Any] | None = None) -> None:
+        if isinstance(factory, Mapping):
+            given = dict(factory)
+            self._factory: ClientFactory = given.__getitem__
+        else:
+            # The process's cached clients: a test hooking ``clients.client(...)`` hooks these.
+            self._factory = factory or client
+        self._made: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, service: str) -> Any:
+        """The client of ``service``, made once."""
+        with self._lock:
+            if service not in self._made:
+                self._made[service] = self._factory(service)
+            return self._made[service]
+
+    @property
+    def dynamodb(self) -> DynamoDBClient:
+        """The DynamoDB client."""
+        return cast("DynamoDBClient", self.get("dynamodb"))
+
+    @property
+    def sfn(self) -> SFNClient:
+        """The Step Functions client."""
+        return cast("SFNClient", self.get("stepfunctions"))
+
+    @property
+    def s3(self) -> S3Client:
+        """The S3 client."""
+        return cast("S3Client", self.get("s3"))
+
+    @property
+    def sqs(self) -> SQSClient:
+        """The SQS client."""
+        return cast("SQSClient", self.get("sqs"))
+
+
+class App:
+    """Every store and flow of one Lambda environment (or one embedded stack, or one test).
+
+    ``clients`` is a :class:`Clients`, a factory, or a mapping of service names to
+    clients (default: :func:`dependency_tracker.clients.client`). The keyword parts
+    replace the ones the root would build (a test's dependency table with one resolver
+    thread, say);
+    everything built from them uses them.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        clients: Clients | ClientFactory | Mapping[str, Any] | None = None,
+        *,
+        states: StateTable | None = None,
+        dependencies: DependencyTable | None = None,
+        bucket: PayloadBucket | None = None,
+        runner: PayloadRunner | None = None,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clients = clients if isinstance(clients, Clients) else Clients(clients)
+        given = {"states": states, "dependencies": dependencies, "bucket": bucket, "runner": runner}
+        self._parts: dict[str, object] = {k: v for k, v in given.items() if v is not None}
+        self._backoff = backoff
+        # Reentrant: building a flow builds its stores through the same lock.
+        self._lock = threading.RLock()
+
+    def _part(self, name: str, build: Callable[[], _T]) -> _T:
+        with self._lock:
+            if name not in self._parts:
+                self._parts[name] = build()
+            return cast("_T", self._parts[name])
+
+    # ------------------------------------------------------------------ stores
+
+    @property
+    def states(self) -> StateTable:
+        """The payload state table."""
+        return self._part(
+            "states", lambda: StateTable(self.clients.dynamodb, self.settings.state_table)
+        )
+
+    @property
+    def dependencies(self) -> DependencyTable:
+        """The dependency table's waiter rows."""
+        return self._part(
+            "dependencies",
+            lambda: DependencyTable(self.clients.dynamodb, self.settings.dependency_table),
+        )
+
+    @property
+    def bucket(self) -> PayloadBucket:
+        """The payload bucket (payloads and results by pointer; may be unset)."""
+        return self._part(
+            "bucket", lambda: PayloadBucket(self.clients.s3, self.settings.payload_bucket)
+        )
+
+    @property
+    def joins(self) -> JoinStore:
+        """The join rows of the dependency table."""
+        return self._part(
+            "joins",
+            lambda: JoinStore(self.dependencies.client, self.dependencies.table_name),
+        )
+
+    @property
+    def manifests(self) -> ManifestReader:
+        """Reads join manifests a slice at a time."""
+        return self._part("manifests", lambda: ManifestReader(self.bucket.client))
+
+    @property
+    def cycles(self) -> CycleGuard:
+        """Wait edges and the cycle check."""
+        return self._part(
+            "cycles",
+            lambda: CycleGuard(
+                states=self.states,
+                edges=WaitEdges(
+                    self.dependencies.client,
+                    self.dependencies.table_name,
+                    retention_days=self.settings.waiter_retention_days,
+                ),
+                max_length=self.settings.cycle_depth,
+            ),
+        )
+
+    # ------------------------------------------------------------------ runners
+
+    @property
+    def runs(self) -> Runs:
+        """The tracker's own runs (start, lease takeover)."""
+        return self._part(
+            "runs",
+            lambda: Runs(
+                settings=self.settings,
+                states=self.states,
+                sfn=self.clients.sfn,
+                bucket=self.bucket,
+                recorder=self.update_state,
+            ),
+        )
+
+    @property
+    def runner(self) -> PayloadRunner:
+        """Who runs payloads: cirrus in cirrus mode, else the tracker itself."""
+        return self._part("runner", self._runner)
+
+    def _runner(self) -> PayloadRunner:
+        settings = self.settings
+        if not settings.cirrus_mode:
+            return TrackerRunner(states=self.states, dependencies=self.dependencies, runs=self.runs)
+        if settings.cirrus_state_table is None or settings.cirrus_process_queue_url is None:
+            msg = "cirrus mode needs the cirrus state table and process queue"
+            raise ValueError(msg)
+        return CirrusRuns(
+            states=CirrusStateTable(self.clients.dynamodb, settings.cirrus_state_table),
+            queue=CirrusQueue(
+                self.clients.sqs,
+                settings.cirrus_process_queue_url,
+                s3=self.clients.s3,
+                bucket=settings.cirrus_payload_bucket,
+                root_prefix=settings.cirrus_payload_root_prefix,
+            ),
+            dependencies=self.dependencies,
+            executions_url=settings.cirrus_executions_url,
+        )
+
+    # ------------------------------------------------------------------ flows
+
+    @property
+    def update_state(self) -> UpdateStateFlow:
+        """The update-state function's flow (and the lease takeover's recorder)."""
+        return self._part(
+            "update_state",
+            lambda: UpdateStateFlow(
+                settings=self.settings,
+                states=self.states,
+                dependencies=self.dependencies,
+                sfn=self.clients.sfn,
+                bucket=self.bucket,
+                sqs=self.clients.sqs,
+            ),
+        )
+
+    @property
+    def registration(self) -> JoinRegistration:
+        """Join creation and chunked member registration."""
+        settings = self.settings
+        return self._part(
+            "registration",
+            lambda: JoinRegistration(
+                joins=self.joins,
+                dependencies=self.dependencies,
+                states=self.states,
+                bucket=self.bucket,
+                manifests=self.manifests,
+                cycles=self.cycles,
+                runner=self.runner,
+                chunk_size=settings.join_chunk_size,
+                sqs=self.clients.sqs,
+                queue_url=settings.join_queue_url or settings.process_queue_url,
+                sfn=self.clients.sfn,
+            ),
+        )
+
+    @property
+    def process(self) -> ProcessFlow:
+        """The process function's flow."""
+        return self._part(
+            "process",
+            lambda: ProcessFlow(
+                settings=self.settings,
+                states=self.states,
+                dependencies=self.dependencies,
+                bucket=self.bucket,
+                runner=self.runner,
+                cycles=self.cycles,
+                joins=self.registration,
+            ),
+        )
+
+    @property
+    def counting(self) -> JoinCounting:
+        """Member outcomes counted on their joins."""
+        return self._part(
+            "counting",
+            lambda: JoinCounting(
+                joins=self.joins,
+                dependencies=self.dependencies,
+                retention_days=self.settings.waiter_retention_days,
+            ),
+        )
+
+    @property
+    def callback(self) -> CallbackFlow:
+        """The callback function's flow."""
+        return self._part(
+            "callback",
+            lambda: CallbackFlow(
+                settings=self.settings,
+                dependencies=self.dependencies,
+                sfn=self.clients.sfn,
+                joins=self.joins,
+                counting=self.counting,
+                bucket=self.bucket,
+                backoff=self._backoff,
+            ),
+        )
+
+    @property
+    def cirrus_events(self) -> CirrusEvents:
+        """The cirrus-events function's flow (cirrus mode only).
+
+        Raises:
+            ValueError: The settings are not in cirrus mode.
+        """
+        return self._part("cirrus_events", self._cirrus_events)
+
+    def _cirrus_events(self) -> CirrusEvents:
+        if self.settings.cirrus_state_table is None:
+            msg = "cirrus mode needs the cirrus state table"
+            raise ValueError(msg)
+        return CirrusEvents(
+            states=CirrusStateTable(self.clients.dynamodb, self.settings.cirrus_state_table),
+            dependencies=self.dependencies,
+            executions_url=self.settings.cirrus_executions_url,
+        )
+
+    @property
+    def sweeper(self) -> SweeperFlow:
+        """The sweeper function's flow (no cursor without a payload bucket)."""
+        settings = self.settings
+        return self._part(
+            "sweeper",
+            lambda: SweeperFlow(
+                settings=settings,
+                sweeps=SweepStore(
+                    self.clients.dynamodb,
+                    dependency_table=settings.dependency_table,
+                    state_table=settings.state_table,
+                ),
+                callback=self.callback,
+                cursors=None
+                if settings.payload_bucket is None
+                else CursorStore(self.clients.s3, settings.payload_bucket),
+                cirrus=self.cirrus_events if settings.cirrus_mode else None,
+            ),
+        )
+
+
+_current: App | None = None
+_current_lock = threading.Lock()
+
+
+def current() -> App:
+    """The app the handlers use: the one given to :func:`use`, else one built from the environment.
+
+    Raises:
+        ConfigurationError: A required ``DEPTRACK_*`` variable is missing or malformed.
+    """
+    global _current  # noqa: PLW0603  (one app per Lambda environment)
+    with _current_lock:
+        if _current is None:
+            _current = App(Settings.from_env())
+        return _current
+
+
+def current_or_none() -> App | None:
+    """The app given to :func:`use` or built by :func:`current`, if any (nothing is built)."""
+    with _current_lock:
+        return _current
+
+
+def use(app: App | None) -> None:
+    """Make ``app`` the handlers' app (None: build it from the environment on next use)."""
+    global _current  # noqa: PLW0603
+    with _current_lock:
+        _current = app
