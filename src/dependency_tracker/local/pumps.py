@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from botocore.exceptions import ClientError
+
 from dependency_tracker.filters import CALLBACK_STREAM_FILTER, matches
 from dependency_tracker.local.context import LocalContext
 from dependency_tracker.local.events import sqs_event, status_change_event, stream_record
@@ -37,7 +39,11 @@ _log = logging.getLogger(__name__)
 
 
 class Pump(Protocol):
-    """Something that delivers events when asked."""
+    """Something that delivers events when asked.
+
+    A pump may also define ``rest_limit() -> float | None``: the longest the
+    runner may leave it idle now (None: as long as the runner likes).
+    """
 
     name: str
 
@@ -158,7 +164,11 @@ class ExecutionPump:
     round (``ListExecutions`` is newest first: pages are read until one holds
     nothing new) and which of those seen running still run (``statusFilter``
     ``RUNNING``), not every execution ever started, so a round costs about the
-    same at 10 executions or 10,000.
+    same at 10 executions or 10,000. The list of state machines is read again
+    only every ``machine_refresh_seconds``: one created meanwhile is picked up
+    then, with every execution it started. For ``watch_seconds`` after it first
+    sees an execution running, the pump asks the runner not to rest long
+    (``rest_limit``): most executions end soon, and nothing else wakes it then.
     """
 
     sfn: Any
@@ -171,6 +181,12 @@ class ExecutionPump:
     name: str = "executions"
     platform: PlatformModel | None = field(default_factory=default_model)
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    machine_refresh_seconds: float = 1.0
+    watch_seconds: float = 3.0
+    clock: Callable[[], float] = time.monotonic
+    _young: dict[str, float] = field(default_factory=dict)
+    _machines: list[str] | None = None
+    _machines_listed_at: float = 0.0
     _delivered: set[str] = field(default_factory=set)
     _failures: dict[str, int] = field(default_factory=dict)
     _seen: set[str] = field(default_factory=set)
@@ -180,7 +196,14 @@ class ExecutionPump:
         """Deliver the status change of every execution that stopped since last time."""
         delivered = 0
         for machine in self._managed_machines():
-            for arn in self._stopped(machine):
+            try:
+                stopped = self._stopped(machine)
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") != "StateMachineDoesNotExist":
+                    raise
+                self._machines = None  # deleted since the list was read: list them again
+                continue
+            for arn in stopped:
                 described = self.sfn.describe_execution(executionArn=arn)
                 if described["status"] == "RUNNING":  # listed as ended a moment too soon
                     self._running.setdefault(machine, set()).add(arn)
@@ -198,14 +221,25 @@ class ExecutionPump:
         for execution in self._started_since(machine_arn):
             if execution["status"] == "RUNNING":
                 running.add(execution["executionArn"])
+                self._young[execution["executionArn"]] = self.clock()
             else:
                 stopped.append(execution["executionArn"])
         if running:
             still = {e["executionArn"] for e in self._executions(machine_arn, "RUNNING")}
             ended = running - still
             running -= ended
+            for arn in ended:
+                self._young.pop(arn, None)
             stopped.extend(sorted(ended))
         return [arn for arn in dict.fromkeys(stopped) if arn not in self._delivered]
+
+    def rest_limit(self) -> float | None:
+        """No long rest while an execution it saw start recently still runs."""
+        now = self.clock()
+        self._young = {
+            arn: seen for arn, seen in self._young.items() if now - seen < self.watch_seconds
+        }
+        return 0.0 if self._young else None
 
     def _started_since(self, machine_arn: str) -> list[dict[str, Any]]:
         """Executions not listed before, newest first.
@@ -240,6 +274,14 @@ class ExecutionPump:
         self._failures.pop(arn, None)
 
     def _managed_machines(self) -> list[str]:
+        """The managed state machines, listed again once the last list is old."""
+        now = self.clock()
+        if self._machines is None or now - self._machines_listed_at >= self.machine_refresh_seconds:
+            self._machines = self._list_machines()
+            self._machines_listed_at = now
+        return self._machines
+
+    def _list_machines(self) -> list[str]:
         arns: list[str] = []
         for page in self.sfn.get_paginator("list_state_machines").paginate():
             # Express executions emit no status-change events on AWS (they
@@ -270,6 +312,10 @@ class StreamPump:
     is retried from the first failed record (Lambda's checkpoint behaviour);
     after ``max_retries`` the failed record goes to ``dead_letters``, like the
     on-failure destination.
+
+    The shard list is described again only when a shard ends (its children
+    appear then) or every ``shard_refresh_seconds``, not every round: moto's
+    stream is one shard that never splits.
     """
 
     streams: Any
@@ -283,6 +329,10 @@ class StreamPump:
     name: str = "stream"
     platform: PlatformModel | None = field(default_factory=default_model)
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    shard_refresh_seconds: float = 30.0
+    clock: Callable[[], float] = time.monotonic
+    _shard_ids: list[str] | None = None
+    _shards_listed_at: float = 0.0
     _iterators: dict[str, str | None] = field(default_factory=dict)
     _pending: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _retries: dict[str, int] = field(default_factory=dict)
@@ -311,6 +361,10 @@ class StreamPump:
                 break  # retry the rest on the next round, in order
         return delivered
 
+    def rest_limit(self) -> float | None:
+        """No long rest while a batch waits for its retry: retries keep their pace."""
+        return 0.0 if any(self._pending.values()) else None
+
     def _invoke(self, batch: list[dict[str, Any]]) -> int | None:
         """Index of the first failed record, or None if the whole batch succeeded."""
         try:
@@ -326,8 +380,16 @@ class StreamPump:
         return None
 
     def _shards(self) -> list[str]:
-        description = self.streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]
-        return [shard["ShardId"] for shard in description["Shards"]]
+        """The stream's shards, described again once a shard ended or the list is old."""
+        now = self.clock()
+        if self._shard_ids is None or now - self._shards_listed_at >= self.shard_refresh_seconds:
+            description = self.streams.describe_stream(StreamArn=self.stream_arn)
+            shards = [shard["ShardId"] for shard in description["StreamDescription"]["Shards"]]
+            # No shard yet is not cached: the first one is read as soon as it appears.
+            self._shard_ids = shards or None
+            self._shards_listed_at = now
+            return shards
+        return self._shard_ids
 
     def _read(self, shard_id: str) -> list[dict[str, Any]]:
         if shard_id not in self._iterators:
@@ -339,6 +401,8 @@ class StreamPump:
             return []
         response = self.streams.get_records(ShardIterator=iterator)
         self._iterators[shard_id] = response.get("NextShardIterator")
+        if self._iterators[shard_id] is None:  # closed: its children are in the next description
+            self._shard_ids = None
         shaped = (
             stream_record(record, stream_arn=self.stream_arn, region=self.region)
             for record in response.get("Records", [])
@@ -403,6 +467,10 @@ class SchedulePump:
             self.failures += 1
             _log.exception("%s failed; the next tick runs it again", self.function_name)
         return 1
+
+    def rest_limit(self) -> float | None:
+        """Seconds to the next tick, so a resting runner does not make it late."""
+        return None if self._next is None else max(0.0, self._next - self.clock())
 
     def invoke(self) -> Any:
         """Invoke the function once now, as a tick would; its response (errors raise)."""

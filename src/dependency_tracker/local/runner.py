@@ -7,10 +7,11 @@ import contextlib
 import io
 import logging
 import threading
+import time
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from dependency_tracker.local.pumps import Handler, Pump
 
@@ -113,12 +114,69 @@ class Invoker:
         return invoke
 
 
-class PumpRunner:
-    """One daemon thread per pump; each pumps, and idles ``poll_interval`` when dry."""
+# A dry pump rests twice as long after each dry round, up to this: an idle stack
+# costs a round per pump every quarter second instead of every poll interval. A message
+# that no pump's delivery announces (one a state machine sends) waits at most this long.
+DEFAULT_MAX_IDLE_SECONDS = 0.25
 
-    def __init__(self, pumps: list[Pump], *, poll_interval: float = 0.05) -> None:
+
+class Activity:
+    """The wake-up the pumps of one runner share: a delivery anywhere ends every rest.
+
+    A handler that ran usually left work for another pump (a message, an
+    execution, a stream record); without this, each hop of a chain would wait
+    out the next pump's backoff.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        """Counts notifications; a waiter passes the value it saw last."""
+        with self._changed:
+            return self._generation
+
+    def notify(self) -> None:
+        """Wake every waiter."""
+        with self._changed:
+            self._generation += 1
+            self._changed.notify_all()
+
+    def wait(self, seen: int, timeout: float) -> bool:
+        """Rest up to ``timeout`` seconds; True at once if notified since ``seen``."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._generation != seen, timeout)
+
+
+class PumpRunner:
+    """One daemon thread per pump; a dry pump rests, longer after each dry round.
+
+    The rest starts at ``poll_interval`` and doubles after every round that
+    moved nothing, up to ``max_idle``; a round that moves something, or a
+    delivery by any other pump of the runner (:class:`Activity`), brings it back
+    to ``poll_interval``. A woken pump still waits ``poll_interval`` after its
+    last round, so a busy stack polls no more often than before.
+
+    A pump may bound its own rest with ``rest_limit()`` (seconds, or None for no
+    bound): a schedule that is due soon, or a retry that must not wait long.
+    """
+
+    def __init__(
+        self,
+        pumps: list[Pump],
+        *,
+        poll_interval: float = 0.05,
+        max_idle: float = DEFAULT_MAX_IDLE_SECONDS,
+        activity: Activity | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._pumps = pumps
         self._poll_interval = poll_interval
+        self._max_idle = max(max_idle, poll_interval)
+        self.activity = Activity() if activity is None else activity
+        self._clock = clock
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.errors = 0
@@ -135,17 +193,38 @@ class PumpRunner:
     def stop(self, timeout: float = 10.0) -> None:
         """Ask every thread to finish its round and wait for it."""
         self._stop.set()
+        self.activity.notify()  # end the rests now rather than at their ends
         for thread in self._threads:
             thread.join(timeout)
         self._threads.clear()
 
     def _loop(self, pump: Pump) -> None:
+        rest = self._poll_interval
         while not self._stop.is_set():
+            # Read before the round: a delivery elsewhere during it may have left
+            # work this round missed, so the rest after it must end at once.
+            seen = self.activity.generation
             try:
                 moved = pump.pump_once()
             except Exception:  # noqa: BLE001  (a pump must outlive a failed round)
                 self.errors += 1
                 _log.exception("pump %s failed a round", pump.name)
                 moved = 0
-            if not moved:
-                self._stop.wait(self._poll_interval)
+            if moved:
+                self.activity.notify()
+                rest = self._poll_interval
+                continue
+            ended = self._clock()
+            if self.activity.wait(seen, self._bounded(pump, rest)):
+                rest = self._poll_interval
+                self._stop.wait(max(0.0, ended + self._poll_interval - self._clock()))
+            else:
+                rest = min(rest * 2, self._max_idle)
+
+    def _bounded(self, pump: Pump, rest: float) -> float:
+        """``rest``, shortened to what the pump allows (never below ``poll_interval``)."""
+        rest_limit = getattr(pump, "rest_limit", None)
+        limit: float | None = None if rest_limit is None else rest_limit()
+        if limit is None:
+            return rest
+        return min(rest, max(limit, self._poll_interval))
