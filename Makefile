@@ -74,8 +74,8 @@ PYTHON_LAMBDA ?= $(shell for p in python3.13 \
 LAMBDA_DIR := build/lambda
 LAMBDA_HOST_DIR := build/lambda-host
 LAMBDA_SOURCES := src/requirements.txt scripts/build_lambda.py $(shell find src/dependency_tracker \
-	stepfunctions -type f -not -name '*.pyc' -not -path 'src/dependency_tracker/local/*' \
-	-not -path 'src/dependency_tracker/cli/*' 2>/dev/null)
+	stepfunctions -type f -not -name '*.pyc' -not -path 'src/dependency_tracker_local/*' \
+	-not -path 'src/dependency_tracker_cli/*' 2>/dev/null)
 define build_lambda
 @py='$(PYTHON_LAMBDA)'; \
 	if [ -z "$$py" ]; then \

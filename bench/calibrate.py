@@ -35,17 +35,14 @@ from bench.stack import (
     wait_stopped,
     warm_interpreter,
 )
-from dependency_tracker.models import (
-    PayloadState,
-    WaiterItem,
-    waiter_id_for,
-)
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.table.items import WaiterItem, waiter_id_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from bench.config import CalibrationConfig
-    from dependency_tracker.local import EmbeddedStack
+    from dependency_tracker_local import EmbeddedStack
 
 BATCH_WRITE = 25
 # Calls whose cost the engine bound replaces by an interpreter composite.

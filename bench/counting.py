@@ -34,8 +34,8 @@ from bench.capacity import item_size, read_units, write_units
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from dependency_tracker.local import EmbeddedStack
-    from dependency_tracker.local.pumps import Handler
+    from dependency_tracker_local import EmbeddedStack
+    from dependency_tracker_local.pumps import Handler
 
 TRACKER = "tracker"
 PLUMBING = "plumbing"

@@ -26,24 +26,20 @@ from typing import TYPE_CHECKING, Any
 from bench.counting import TRACKER, CallCounter, instrument
 from bench.stack import CHILD, attempt_one_item, local_stack, payload, payload_id
 from bench.stats import median, rounded
-from dependency_tracker import naming
+from dependency_tracker.core import naming
+from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.handlers import process, update_state
-from dependency_tracker.local.context import LocalContext
-from dependency_tracker.local.events import sqs_event, status_change_event
-from dependency_tracker.models import (
-    PayloadState,
-    Resolution,
-    WaiterItem,
-    waiter_id_for,
-)
-from dependency_tracker.stores import DependencyTable, StateTable
-from dependency_tracker.stores.dependency_table import DEFAULT_RESOLVE_CONCURRENCY
+from dependency_tracker.payloads.state_table import StateTable
+from dependency_tracker.table.dependency_table import DEFAULT_RESOLVE_CONCURRENCY, DependencyTable
+from dependency_tracker.table.items import Resolution, WaiterItem, waiter_id_for
+from dependency_tracker_local.context import LocalContext
+from dependency_tracker_local.events import sqs_event, status_change_event
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from bench.config import HandlerConfig
-    from dependency_tracker.local import EmbeddedStack
+    from dependency_tracker_local import EmbeddedStack
 
 ACCOUNT = "123456789012"
 BATCH_WRITE = 25

@@ -50,12 +50,12 @@ from bench.stack import (
     warm_interpreter,
 )
 from bench.stats import mean
-from dependency_tracker.limits import SQS_MAX_BATCH_ENTRIES
-from dependency_tracker.models import JOIN_COUNT_SHARDS
-from dependency_tracker.naming import execution_name
-from dependency_tracker.settings import ENV_JOIN_CHUNK_SIZE
-from dependency_tracker.stores.joins import DEFAULT_CONCURRENCY as MEMBERSHIP_PUT_CONCURRENCY
-from dependency_tracker.stores.manifest import manifest_text
+from dependency_tracker.core.limits import SQS_MAX_BATCH_ENTRIES
+from dependency_tracker.core.naming import execution_name
+from dependency_tracker.core.settings import ENV_JOIN_CHUNK_SIZE
+from dependency_tracker.joins.manifest import manifest_text
+from dependency_tracker.joins.store import DEFAULT_CONCURRENCY as MEMBERSHIP_PUT_CONCURRENCY
+from dependency_tracker.table.join_items import JOIN_COUNT_SHARDS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

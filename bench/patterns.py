@@ -42,14 +42,14 @@ from bench.stack import (
     warm_interpreter,
 )
 from bench.stats import mean, median, percentile, rounded
-from dependency_tracker.stores import StateTable
+from dependency_tracker.payloads.state_table import StateTable
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from datetime import datetime
 
     from bench.counting import Instruments
-    from dependency_tracker.local import EmbeddedStack
+    from dependency_tracker_local import EmbeddedStack
 
 # Plumbing calls that carry events; the others (listing, empty polls) are idle polling.
 DATA_PLUMBING = frozenset(

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench import calibrate, costs, handlers, joins, patterns, report, throughput
 from bench.config import FULL, JOIN, MAP, POLL, SMOKE, BenchConfig
-from dependency_tracker.limits import SQS_MAX_BATCH_ENTRIES
+from dependency_tracker.core.limits import SQS_MAX_BATCH_ENTRIES
 
 if TYPE_CHECKING:
     from collections.abc import Callable

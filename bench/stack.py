@@ -8,15 +8,18 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 
-from dependency_tracker import definitions
-from dependency_tracker.local import EmbeddedStack
-from dependency_tracker.local.stack import ROLE_ARN
-from dependency_tracker.models import PayloadState, PayloadStateItem, ProcessPayload
+from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker.table.items import PayloadStateItem
+from dependency_tracker_local import EmbeddedStack, definitions
+from dependency_tracker_local.stack import ROLE_ARN
+
+if TYPE_CHECKING:
+    from dependency_tracker.core.enums import PayloadState
 
 CHILD = "simulate"
 MAP_MACHINE = "wait-for-dependencies"

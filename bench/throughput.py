@@ -28,7 +28,7 @@ from bench.stats import mean, rounded
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dependency_tracker.local import EmbeddedStack
+    from dependency_tracker_local import EmbeddedStack
 
 
 def plan(parents: int, dependencies: int, stride: int) -> list[list[int]]:

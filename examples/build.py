@@ -8,7 +8,7 @@ Placeholders (``${ProcessQueueUrl}``, ``${WaitForDependenciesStateMachineArn}``,
 ``${Partition}``, the partition of every service-integration ARN) are left for your
 deployment to fill in: SAM's ``DefinitionSubstitutions``
 (``examples/sam/template.yaml``), CDK's ``definition_substitutions``, or
-``dependency_tracker.definitions.render``.
+``dependency_tracker_local.definitions.render``.
 """
 # ruff: noqa: INP001  (a script beside the examples, not a package)
 

@@ -34,10 +34,12 @@ PACKAGE = ROOT / "src" / "dependency_tracker"
 # (tests/artifact/test_pins.py holds these to it).
 PYTHON_VERSION = (3, 13)
 PLATFORM = "manylinux2014_aarch64"
-# Top-level parts of the package the Lambda handlers never import (the contract test in
-# tests/unit/template_contract/test_functions_and_code.py imports every handler with their
-# libraries hidden).
-NOT_SHIPPED = frozenset({"local", "cli", "demo.py", "demo_cirrus.py"})
+# Local mode, the CLI and the demos are packages of their own (dependency_tracker_local,
+# dependency_tracker_cli), never copied; in the package, only the alias that keeps
+# dependency_tracker.local.EmbeddedStack importable (docs/versioning.md) points at them. The
+# contract test (tests/unit/template_contract/test_functions_and_code.py) imports every handler
+# with their libraries hidden.
+NOT_SHIPPED = frozenset({"local"})
 # Where Lambda unpacks the code (its LAMBDA_TASK_ROOT).
 LAMBDA_TASK_ROOT = "/var/task"
 

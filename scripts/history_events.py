@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from dependency_tracker.local import LocalStack
+from dependency_tracker_local import LocalStack
 
 
 def dependency(tag: str, index: int) -> dict[str, Any]:

@@ -22,8 +22,8 @@ import os
 import sys
 import time
 
-from dependency_tracker.local import EmbeddedStack
-from dependency_tracker.stores.manifest import manifest_text
+from dependency_tracker.joins.manifest import manifest_text
+from dependency_tracker_local import EmbeddedStack
 
 
 def member(index: int) -> dict[str, object]:

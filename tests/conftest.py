@@ -16,21 +16,26 @@ import pytest
 from moto import mock_aws
 from moto.dynamodb.models import table as moto_table
 
-from dependency_tracker import app, clients, limits, settings
+from dependency_tracker import app
 from dependency_tracker.app import App
-from dependency_tracker.local.context import LocalContext
-from dependency_tracker.local.moto_costs import aws_like_costs
-from dependency_tracker.local.strict import strict_limits
-from dependency_tracker.local.strict import wanted as strict_wanted
-from dependency_tracker.models import PayloadState, PayloadStateItem, ProcessPayload
-from dependency_tracker.observability import logger
-from dependency_tracker.stores import DependencyTable, PayloadBucket, StateTable
-from dependency_tracker.stores.schema import create_tables
+from dependency_tracker.core import clients, limits, settings
+from dependency_tracker.core.observability import logger
+from dependency_tracker.payloads.bucket import PayloadBucket
+from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker.payloads.state_table import StateTable
+from dependency_tracker.table.dependency_table import DependencyTable
+from dependency_tracker.table.schema import create_tables
+from dependency_tracker_local.context import LocalContext
+from dependency_tracker_local.moto_costs import aws_like_costs
+from dependency_tracker_local.strict import strict_limits
+from dependency_tracker_local.strict import wanted as strict_wanted
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from dependency_tracker.settings import Settings
+    from dependency_tracker.core.enums import PayloadState
+    from dependency_tracker.core.settings import Settings
+    from dependency_tracker.table.items import PayloadStateItem
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"

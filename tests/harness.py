@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dependency_tracker.handlers import callback, process, update_state
-from dependency_tracker.local.pumps import ExecutionPump, SqsPump, StreamPump
+from dependency_tracker_local.pumps import ExecutionPump, SqsPump, StreamPump
 from tests.conftest import ACCOUNT, PREFIX, REGION, ROLE_ARN, Aws, wait_until
 
 # A parent that waits on one dependency with a task token, and catches failures.

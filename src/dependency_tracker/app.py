@@ -22,23 +22,26 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from dependency_tracker.clients import client
-from dependency_tracker.flows.callback import CallbackFlow
-from dependency_tracker.flows.cirrus import CirrusEvents, CirrusRuns
-from dependency_tracker.flows.cycles import CycleGuard
-from dependency_tracker.flows.joins.counting import JoinCounting
-from dependency_tracker.flows.joins.registration import JoinRegistration
-from dependency_tracker.flows.process import ProcessFlow
-from dependency_tracker.flows.runner import PayloadRunner, TrackerRunner
-from dependency_tracker.flows.runs import Runs
-from dependency_tracker.flows.sweeper import SweeperFlow
-from dependency_tracker.flows.update_state import UpdateStateFlow
-from dependency_tracker.settings import Settings
-from dependency_tracker.stores import DependencyTable, ManifestReader, PayloadBucket, StateTable
-from dependency_tracker.stores.cirrus import CirrusQueue, CirrusStateTable
-from dependency_tracker.stores.joins import JoinStore
-from dependency_tracker.stores.sweeps import CursorStore, SweepStore
-from dependency_tracker.stores.wait_edges import WaitEdges
+from dependency_tracker.cirrus.flow import CirrusEvents, CirrusRuns
+from dependency_tracker.cirrus.store import CirrusQueue, CirrusStateTable
+from dependency_tracker.core.clients import client
+from dependency_tracker.core.settings import Settings
+from dependency_tracker.cycles.edges import WaitEdges
+from dependency_tracker.cycles.guard import CycleGuard
+from dependency_tracker.joins.counting import JoinCounting
+from dependency_tracker.joins.manifest import ManifestReader
+from dependency_tracker.joins.registration import JoinRegistration
+from dependency_tracker.joins.store import JoinStore
+from dependency_tracker.payloads.bucket import PayloadBucket
+from dependency_tracker.payloads.runner import PayloadRunner, TrackerRunner
+from dependency_tracker.payloads.runs import Runs
+from dependency_tracker.payloads.state_table import StateTable
+from dependency_tracker.payloads.update_state import UpdateStateFlow
+from dependency_tracker.sweeper.flow import SweeperFlow
+from dependency_tracker.sweeper.store import CursorStore, SweepStore
+from dependency_tracker.table.dependency_table import DependencyTable
+from dependency_tracker.waits.callback import CallbackFlow
+from dependency_tracker.waits.process import ProcessFlow
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -46,7 +49,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_stepfunctions import SFNClient
 
-    from dependency_tracker.flows.backoff import Backoff
+    from dependency_tracker.core.backoff import Backoff
 
 ClientFactory = Callable[[str], Any]
 """``service name -> boto3 client`` (e.g. ``"dynamodb"``); called once per service."""
@@ -99,7 +102,7 @@ class App:
     """Every store and flow of one Lambda environment (or one embedded stack, or one test).
 
     ``clients`` is a :class:`Clients`, a factory, or a mapping of service names to
-    clients (default: :func:`dependency_tracker.clients.client`). The keyword parts
+    clients (default: :func:`dependency_tracker.core.clients.client`). The keyword parts
     replace the ones the root would build (a test's dependency table with one resolver
     thread, say);
     everything built from them uses them.

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dependency_tracker.models.enums import DependencyError
+from dependency_tracker.core.enums import DependencyError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

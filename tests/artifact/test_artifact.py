@@ -11,6 +11,7 @@ from __future__ import annotations
 import email.parser
 import json
 import os
+import re
 import shutil
 import subprocess
 import zipfile
@@ -129,7 +130,17 @@ def test_only_the_runtime_is_packaged(artifact: Path) -> None:
     assert (package / "handlers" / "process.py").is_file()
     shipped = {entry.name for entry in package.iterdir()}
     assert not shipped & build_script().NOT_SHIPPED
-    assert not shipped & {"local", "cli", "demo.py", "demo_cirrus.py"}
+    # AND no local, CLI or demo code: not their packages, nor a module that imports them
+    assert not entries & {"dependency_tracker_local", "dependency_tracker_cli"}
+    tooling = re.compile(
+        r"^\s*(from|import)\s+(dependency_tracker_(local|cli)|moto|typer|rich)\b", re.M
+    )
+    importing = [
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if tooling.search(path.read_text())
+    ]
+    assert importing == []
     # AND the state machine definitions the package carries are real files
     assert list((package / "stepfunctions").glob("*.asl.json"))
     assert not (package / "stepfunctions").is_symlink()

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dependency_tracker.local import LocalStack
+from dependency_tracker_local import LocalStack
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

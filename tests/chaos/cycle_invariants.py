@@ -12,21 +12,20 @@ from collections import Counter
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from dependency_tracker.models import (
-    DependencyError,
-    JoinItem,
-    PayloadState,
+from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.joins.store import JoinStore
+from dependency_tracker.table.items import (
     WaiterItem,
     edge_id_for,
     edge_partition_for,
     membership_id_for,
     waiter_id_for,
 )
-from dependency_tracker.stores.joins import JoinStore
+from dependency_tracker.table.join_items import JoinItem
 from tests.chaos.workload import CYCLE
 
 if TYPE_CHECKING:
-    from dependency_tracker.models import PayloadStateItem
+    from dependency_tracker.table.items import PayloadStateItem
     from tests.chaos.faults import FakeParents, Sent
     from tests.chaos.workload import Parent, Records, Ring, Workload
     from tests.conftest import Aws

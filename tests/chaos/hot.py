@@ -37,16 +37,16 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dependency_tracker import clients
-from dependency_tracker.models import PayloadState
-from dependency_tracker.stores.dependency_table import DEFAULT_RESOLVE_CONCURRENCY
+from dependency_tracker.core import clients
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.table.dependency_table import DEFAULT_RESOLVE_CONCURRENCY
 from tests.conftest import ROLE_ARN, Aws, payload, payload_id
 from tests.harness import Pumps, managed_running, parent_definition, queue_empty
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dependency_tracker.models import WaiterItem
+    from dependency_tracker.table.items import WaiterItem
 
 HOT_PARENT = "hot-parent"
 HOT_ITEM = "hot-item"

@@ -19,11 +19,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dependency_tracker import app, naming
+from dependency_tracker import app
+from dependency_tracker.core import naming
 from dependency_tracker.handlers import sweeper as sweeper_handler
-from dependency_tracker.local.context import LocalContext
-from dependency_tracker.local.pumps import scheduled_event
-from dependency_tracker.models import ProcessPayload
+from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker_local.context import LocalContext
+from dependency_tracker_local.pumps import scheduled_event
 from tests.chaos.faults import Crash, running
 from tests.chaos.workload import FAILURE_ERRORS, Parent, random_token
 from tests.conftest import ACCOUNT, REGION
@@ -31,7 +32,7 @@ from tests.conftest import ACCOUNT, REGION
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dependency_tracker.models import PayloadStateItem
+    from dependency_tracker.table.items import PayloadStateItem
     from tests.chaos.faults import FakeParents, FaultInjector
     from tests.chaos.workload import Records, Workload
     from tests.conftest import Aws

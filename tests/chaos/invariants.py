@@ -16,17 +16,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dependency_tracker import naming
-from dependency_tracker.keys import partition_key
-from dependency_tracker.models import (
-    PayloadState,
-    is_bookkeeping_item,
-    join_partition_for,
-    membership_id_for,
-    row_from_item,
-    waiter_id_for,
-)
-from dependency_tracker.tokens import token_hash
+from dependency_tracker.core import naming
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.core.tokens import token_hash
+from dependency_tracker.table.items import join_partition_for, membership_id_for, waiter_id_for
+from dependency_tracker.table.keys import partition_key
+from dependency_tracker.table.rows import is_bookkeeping_item, row_from_item
 from tests.chaos.cycle_invariants import CYCLES, CycleChecks
 from tests.chaos.join_invariants import JoinChecks
 from tests.chaos.message_faults import allowed_errors
@@ -34,7 +29,7 @@ from tests.chaos.workload import EXPRESS, WINS
 from tests.conftest import PREFIX
 
 if TYPE_CHECKING:
-    from dependency_tracker.models import PayloadStateItem
+    from dependency_tracker.table.items import PayloadStateItem
     from tests.chaos.faults import FakeParents, FaultInjector, Sent
     from tests.chaos.injection import DeliveryFaults
     from tests.chaos.message_faults import MessageFaults

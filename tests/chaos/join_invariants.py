@@ -14,14 +14,16 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from dependency_tracker.keys import partition_key
-from dependency_tracker.models import DependencyError, PayloadState, membership_id_for
-from dependency_tracker.stores.joins import JoinStore
+from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.joins.store import JoinStore
+from dependency_tracker.table.items import membership_id_for
+from dependency_tracker.table.keys import partition_key
 from tests.chaos.message_faults import INVALID_JOIN, allowed_errors
 from tests.chaos.workload import WINS
 
 if TYPE_CHECKING:
-    from dependency_tracker.models import JoinItem, MemberOutcome
+    from dependency_tracker.joins.outputs import MemberOutcome
+    from dependency_tracker.table.join_items import JoinItem
     from tests.chaos.faults import FakeParents, Sent
     from tests.chaos.message_faults import MessageFaults
     from tests.chaos.workload import Parent, Records, Workload

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dependency_tracker import app
-from dependency_tracker.models import DependencyError
-from dependency_tracker.stores.joins import JoinStore
-from dependency_tracker.stores.manifest import manifest_text
+from dependency_tracker.core.enums import DependencyError
+from dependency_tracker.joins.manifest import manifest_text
+from dependency_tracker.joins.store import JoinStore
 from tests.chaos.injection import draw
 from tests.chaos.workload import Parent, random_token
 

@@ -45,9 +45,11 @@ import time
 from collections import Counter
 from typing import Any
 
-from dependency_tracker import app, clients, definitions, settings
+from dependency_tracker import app
+from dependency_tracker.core import clients, settings
 from dependency_tracker.handlers import update_state as update_state_handler
-from dependency_tracker.local.pumps import SqsPump
+from dependency_tracker_local import definitions
+from dependency_tracker_local.pumps import SqsPump
 from tests.chaos.faults import FakeParents, FaultInjector
 from tests.chaos.injection import (
     CHAOS_SWEEPER_MIN_AGE_SECONDS,

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker import settings
-from dependency_tracker.errors import TransitionConflictError
-from dependency_tracker.flows.cycles import CycleGuard
-from dependency_tracker.flows.runs import Runs
-from dependency_tracker.keys import partition_key
-from dependency_tracker.models import PayloadState
-from dependency_tracker.stores import StateTable
+from dependency_tracker.core import settings
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.core.errors import TransitionConflictError
+from dependency_tracker.cycles.guard import CycleGuard
+from dependency_tracker.payloads.runs import Runs
+from dependency_tracker.payloads.state_table import StateTable
+from dependency_tracker.table.keys import partition_key
 from tests.chaos.faults import ALL_KINDS
 from tests.chaos.run import (
     CHAOS_CLAIM_LEASE_SECONDS,
@@ -44,7 +44,7 @@ from tests.conftest import fresh_app
 if TYPE_CHECKING:
     import io
 
-    from dependency_tracker.models import PayloadStateItem
+    from dependency_tracker.table.items import PayloadStateItem
     from tests.conftest import Aws
 
 SMALL_SEED = 7
@@ -166,7 +166,7 @@ def test_every_fault_kind_is_known() -> None:
 
 
 def test_the_log_capture_would_see_a_leaked_token(log_lines: io.StringIO) -> None:
-    from dependency_tracker.observability import logger  # noqa: PLC0415
+    from dependency_tracker.core.observability import logger  # noqa: PLC0415
 
     logger.info("leak", extra={"task_token": "AQB-the-whole-token"})
     assert "AQB-the-whole-token" in log_lines.getvalue()

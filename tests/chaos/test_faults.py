@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import pytest
 from botocore.exceptions import ClientError
 
-from dependency_tracker import clients
+from dependency_tracker.core import clients
 from tests.chaos.faults import Crash, FakeParents, FaultInjector, running
 
 if TYPE_CHECKING:

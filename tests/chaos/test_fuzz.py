@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dependency_tracker.handlers.process import lambda_handler
-from dependency_tracker.models import waiter_id_for
+from dependency_tracker.table.items import waiter_id_for
 from tests.chaos.fuzz import BUCKET, Case, cases, s3_objects
 from tests.unit.handlers.conftest import sqs_event
 
 if TYPE_CHECKING:
     import io
 
-    from dependency_tracker.local.context import LocalContext
+    from dependency_tracker_local.context import LocalContext
     from tests.conftest import Aws
 
 SEED = 20261122

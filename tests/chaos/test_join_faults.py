@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dependency_tracker.settings import DEFAULT_JOIN_CHUNK_SIZE
-from dependency_tracker.stores.manifest import ObjectVersion, Pinned
+from dependency_tracker.core.settings import DEFAULT_JOIN_CHUNK_SIZE
+from dependency_tracker.joins.manifest import ObjectVersion, Pinned
 from tests.chaos.conftest import chaos_only
 from tests.chaos.run import NAMED_MEMBERS, ChaosRun, Parent, Report, random_token
 from tests.chaos.test_chaos import configure, without_rings

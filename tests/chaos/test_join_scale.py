@@ -31,12 +31,12 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from dependency_tracker.keys import partition_key
-from dependency_tracker.limits import SFN_MAX_PAYLOAD_BYTES, item_size, utf8_size
-from dependency_tracker.models import join_partition_for
-from dependency_tracker.naming import execution_name
-from dependency_tracker.stores.joins import JoinStore
-from dependency_tracker.stores.manifest import manifest_text
+from dependency_tracker.core.limits import SFN_MAX_PAYLOAD_BYTES, item_size, utf8_size
+from dependency_tracker.core.naming import execution_name
+from dependency_tracker.joins.manifest import manifest_text
+from dependency_tracker.joins.store import JoinStore
+from dependency_tracker.table.items import join_partition_for
+from dependency_tracker.table.keys import partition_key
 from tests.chaos.conftest import chaos_only
 from tests.conftest import wait_until
 from tests.e2e.conftest import CHILD, dependency, dependency_id
@@ -45,7 +45,7 @@ from tests.e2e.parent_limits import item_for_id_length
 if TYPE_CHECKING:
     import pytest
 
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker_local import LocalStack
 
 pytestmark = chaos_only
 

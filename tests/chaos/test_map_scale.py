@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from dependency_tracker.limits import SFN_MAX_HISTORY_EVENTS, SFN_MAX_PAYLOAD_BYTES
+from dependency_tracker.core.limits import SFN_MAX_HISTORY_EVENTS, SFN_MAX_PAYLOAD_BYTES
 from tests.chaos.conftest import chaos_only
 from tests.e2e.conftest import dependency_id
 from tests.e2e.parent_limits import (
@@ -29,7 +29,7 @@ from tests.e2e.parent_limits import (
 if TYPE_CHECKING:
     import pytest
 
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker_local import LocalStack
 
 pytestmark = chaos_only
 

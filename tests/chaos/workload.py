@@ -15,15 +15,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dependency_tracker.models import DependencyError
-from dependency_tracker.tokens import token_hash
+from dependency_tracker.core.enums import DependencyError
+from dependency_tracker.core.tokens import token_hash
 from tests.conftest import payload, payload_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    from dependency_tracker.models import PayloadStateItem
-    from dependency_tracker.stores import StateTable
+    from dependency_tracker.payloads.state_table import StateTable
+    from dependency_tracker.table.items import PayloadStateItem
     from tests.conftest import Aws
 
 # "chain": a two-step payload (pass, then chain2): update-state publishes step 2 to the queue.

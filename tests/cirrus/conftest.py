@@ -22,17 +22,17 @@ import pytest
 from boto3.dynamodb.types import TypeDeserializer
 from moto import mock_aws
 
-from dependency_tracker.local.cirrus import CirrusDeployment
-from dependency_tracker.local.moto_costs import aws_like_costs
-from dependency_tracker.local.runner import Invoker, PumpRunner
-from dependency_tracker.local.strict import strict_limits
-from dependency_tracker.local.strict import wanted as strict_wanted
+from dependency_tracker_local.cirrus import CirrusDeployment
+from dependency_tracker_local.moto_costs import aws_like_costs
+from dependency_tracker_local.runner import Invoker, PumpRunner
+from dependency_tracker_local.strict import strict_limits
+from dependency_tracker_local.strict import wanted as strict_wanted
 from tests.conftest import ACCOUNT, REGION, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from dependency_tracker.local.pumps import ExecutionPump, SqsPump
+    from dependency_tracker_local.pumps import ExecutionPump, SqsPump
 
 TIER_ENV = "DEPTRACK_CIRRUS_TIER"
 IN_TIER = os.environ.get(TIER_ENV) == "1"

@@ -18,19 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.local import EmbeddedStack
-from dependency_tracker.local.cirrus import CIRRUS_TEST_WORKFLOWS
-from dependency_tracker.models import PayloadState
-from dependency_tracker.models.cirrus import subscription_attributes
-from dependency_tracker.stores import DependencyTable
-from dependency_tracker.stores.cirrus import CirrusStateTable
+from dependency_tracker.cirrus.models import subscription_attributes
+from dependency_tracker.cirrus.store import CirrusStateTable
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.table.dependency_table import DependencyTable
+from dependency_tracker_local import EmbeddedStack
+from dependency_tracker_local.cirrus import CIRRUS_TEST_WORKFLOWS
 from tests.conftest import wait_until
 from tests.e2e.conftest import finished
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from dependency_tracker.models.cirrus import CirrusStateItem
+    from dependency_tracker.cirrus.models import CirrusStateItem
 
 COLLECTION = "beside"
 PARENT_TIMEOUT = 60

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from dependency_tracker.cirrus.models import WorkflowEventType
 from dependency_tracker.handlers import cirrus_events
-from dependency_tracker.local import EmbeddedStack
-from dependency_tracker.local.stack import queue_arn
-from dependency_tracker.models.cirrus import WorkflowEventType
+from dependency_tracker_local import EmbeddedStack
+from dependency_tracker_local.queues import queue_arn
 from tests.cirrus.conftest import EventQueue
 from tests.conftest import wait_until
 from tests.e2e.conftest import finished

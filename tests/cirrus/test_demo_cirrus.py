@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from dependency_tracker.cli.__main__ import app
+from dependency_tracker_cli.__main__ import app
 
 
 def test_demo_beside_cirrus_shows_every_outcome_and_exits_zero() -> None:

@@ -8,14 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.local import LocalStack
-from dependency_tracker.stores import DependencyTable, StateTable
+from dependency_tracker.payloads.state_table import StateTable
+from dependency_tracker.table.dependency_table import DependencyTable
+from dependency_tracker_local import LocalStack
 from tests.conftest import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from dependency_tracker.models import PayloadStateItem
+    from dependency_tracker.table.items import PayloadStateItem
 
 PARENT = "wait-for-dependencies"
 CHILD = "simulate"

@@ -12,11 +12,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dependency_tracker.limits import SFN_MAX_PAYLOAD_BYTES
+from dependency_tracker.core.limits import SFN_MAX_PAYLOAD_BYTES
 from tests.e2e.conftest import CHILD, PARENT, dependency, finished
 
 if TYPE_CHECKING:
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker_local import LocalStack
 
 COLLECTION = "e2e"
 # ``{collection}/workflow-{workflow}/{item id}``: the part of a payload id that is not the item id.

@@ -14,8 +14,9 @@ import boto3
 import pytest
 from typer.testing import CliRunner
 
-from dependency_tracker.cli.__main__ import app
-from dependency_tracker.stores import DependencyTable, StateTable
+from dependency_tracker.payloads.state_table import StateTable
+from dependency_tracker.table.dependency_table import DependencyTable
+from dependency_tracker_cli.__main__ import app
 from tests.conftest import wait_until
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def serving(folder: Path, *options: str) -> Iterator[Server]:
     """``serve --port 0 --prefix deptrack OPTIONS`` until the block ends (Ctrl-C, then kill)."""
     outputs_file = folder / "outputs.json"
     stdout, stderr = folder / "stdout", folder / "stderr"
-    command = [sys.executable, "-m", "dependency_tracker.cli", "serve", "--port", "0"]
+    command = [sys.executable, "-m", "dependency_tracker_cli", "serve", "--port", "0"]
     command += ["--prefix", "deptrack", "--outputs-file", str(outputs_file)]
     command += ["--log-file", str(folder / "serve.log"), "--json", *options]
     with stdout.open("wb") as out, stderr.open("wb") as err:

@@ -7,14 +7,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dependency_tracker.models import PayloadState, WaiterItem
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.table.items import WaiterItem
 from tests.conftest import wait_until
 from tests.e2e.conftest import dependency, finished, start_parent, state_of, waiters
 
 if TYPE_CHECKING:
     from typing import Any
 
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker_local import LocalStack
 
 pytestmark = pytest.mark.e2e
 

@@ -19,8 +19,8 @@ from urllib.parse import urlparse
 
 import pytest
 
-from dependency_tracker.local import LocalStack
-from dependency_tracker.models import PayloadState, utcnow
+from dependency_tracker.core.enums import PayloadState, utcnow
+from dependency_tracker_local import LocalStack
 from tests.conftest import wait_until
 from tests.e2e.serving import Server, serving, write
 from tests.unit.cli.rows import TOKEN_PREFIX, waiter
@@ -435,7 +435,7 @@ def test_serve_says_why_when_the_port_is_taken(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         result = subprocess.run(  # noqa: S603
             [
-                *(sys.executable, "-m", "dependency_tracker.cli", "serve", "--port", str(port)),
+                *(sys.executable, "-m", "dependency_tracker_cli", "serve", "--port", str(port)),
                 *("--outputs-file", str(tmp_path / "o.json"), "--log-file", str(tmp_path / "l")),
             ],
             capture_output=True,

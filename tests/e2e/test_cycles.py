@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.models import DependencyError, PayloadState, ProcessPayload
+from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.payloads.model import ProcessPayload
 from tests.conftest import wait_until
 from tests.e2e.conftest import finished, start_parent, state_of, waiters
 
 if TYPE_CHECKING:
-    from dependency_tracker.local import LocalStack
-    from dependency_tracker.models import WaiterItem
+    from dependency_tracker.table.items import WaiterItem
+    from dependency_tracker_local import LocalStack
 
 pytestmark = pytest.mark.e2e
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from dependency_tracker.cli.__main__ import app
+from dependency_tracker_cli.__main__ import app
 
 pytestmark = pytest.mark.e2e
 

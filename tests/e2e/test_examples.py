@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker import definitions
-from dependency_tracker.stores import manifest_text
+from dependency_tracker.joins.manifest import manifest_text
+from dependency_tracker_local import definitions
 from tests.e2e.conftest import dependency, dependency_id, finished
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker_local import LocalStack
 
 pytestmark = pytest.mark.e2e
 

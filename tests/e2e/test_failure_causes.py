@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.models import PayloadState
+from dependency_tracker.core.enums import PayloadState
 from tests.conftest import wait_until
 from tests.e2e.conftest import dependency, dependency_id, finished, start_parent, waiters
 
 if TYPE_CHECKING:
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker_local import LocalStack
 
 pytestmark = pytest.mark.e2e
 

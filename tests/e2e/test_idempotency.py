@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.models import PayloadState
+from dependency_tracker.core.enums import PayloadState
 from tests.conftest import ROLE_ARN, wait_until
 from tests.e2e.conftest import (
     child_executions,
@@ -22,7 +22,7 @@ from tests.e2e.conftest import (
 from tests.e2e.parent_limits import callback_outputs
 
 if TYPE_CHECKING:
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker_local import LocalStack
 
 pytestmark = pytest.mark.e2e
 

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker import definitions
-from dependency_tracker.local import LocalStack
+from dependency_tracker_local import LocalStack, definitions
 from tests.conftest import ROLE_ARN, wait_until
 
 if TYPE_CHECKING:

@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.flows.joins.registration import JoinRegistration, Position
-from dependency_tracker.local import LocalStack
-from dependency_tracker.settings import ENV_JOIN_CHUNK_SIZE
-from dependency_tracker.stores.manifest import manifest_text
+from dependency_tracker.core.settings import ENV_JOIN_CHUNK_SIZE
+from dependency_tracker.joins.manifest import manifest_text
+from dependency_tracker.joins.registration import JoinRegistration, Position
+from dependency_tracker_local import LocalStack
 from tests.conftest import wait_until
 from tests.e2e.conftest import dependency, finished
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from dependency_tracker.models import JoinItem
+    from dependency_tracker.table.join_items import JoinItem
 
 MEMBERS = 24
 # The first process invocation Lambda stops in one chain (16 run).

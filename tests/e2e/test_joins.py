@@ -7,14 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.models import PayloadState, membership_id_for
-from dependency_tracker.stores.joins import JoinStore
-from dependency_tracker.stores.manifest import manifest_text
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.joins.manifest import manifest_text
+from dependency_tracker.joins.store import JoinStore
+from dependency_tracker.table.items import membership_id_for
 from tests.conftest import wait_until
 from tests.e2e.conftest import dependency, dependency_id, finished, state_of, waiters
 
 if TYPE_CHECKING:
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker_local import LocalStack
 
 pytestmark = pytest.mark.e2e
 

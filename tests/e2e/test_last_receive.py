@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.local import EmbeddedStack
+from dependency_tracker_local import EmbeddedStack
 from tests.conftest import wait_until
 from tests.e2e.conftest import finished, start_parent
 

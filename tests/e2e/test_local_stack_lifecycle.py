@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from dependency_tracker import app
-from dependency_tracker.local import LocalStack
-from dependency_tracker.local.runner import StackStoppedError
+from dependency_tracker_local import LocalStack
+from dependency_tracker_local.runner import StackStoppedError
 
 pytestmark = pytest.mark.e2e
 

@@ -1,7 +1,7 @@
 """Payload ids past DynamoDB's 2,048-byte key limit, through the embedded stack.
 
 A mosaic payload of ~40 Sentinel-2 items has a cirrus id over 2,048 bytes. Before
-keys were derived (``dependency_tracker.keys``), its first ``PutItem`` was refused,
+keys were derived (``dependency_tracker.table.keys``), its first ``PutItem`` was refused,
 the message went to the DLQ and the parent waited out its callback timeout. Here
 the real parent machines wait on such payloads, a second parent is replayed the
 stored result, payloads with long ids wait on each other (the cycle check's edges),
@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from typer.testing import CliRunner
 
-from dependency_tracker.cli.__main__ import app
-from dependency_tracker.keys import partition_key
-from dependency_tracker.limits import DDB_MAX_PARTITION_KEY_BYTES, utf8_size
-from dependency_tracker.local import LocalStack
-from dependency_tracker.models import DependencyError, PayloadState, ProcessPayload
+from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.core.limits import DDB_MAX_PARTITION_KEY_BYTES, utf8_size
+from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker.table.keys import partition_key
+from dependency_tracker_cli.__main__ import app
+from dependency_tracker_local import LocalStack
 from tests.conftest import wait_until
 from tests.e2e.conftest import finished as finished_within
 from tests.e2e.conftest import states

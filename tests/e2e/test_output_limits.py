@@ -13,12 +13,13 @@ from urllib.parse import urlparse
 
 import pytest
 
-from dependency_tracker.limits import utf8_size
-from dependency_tracker.models.outputs import CALLBACK_OUTPUTS_PREFIX, MAX_JOIN_OUTPUT_BYTES
+from dependency_tracker.core.limits import utf8_size
+from dependency_tracker.joins.outputs import MAX_JOIN_OUTPUT_BYTES
+from dependency_tracker.waits.outputs import CALLBACK_OUTPUTS_PREFIX
 from tests.e2e.conftest import dependency, dependency_id, finished
 
 if TYPE_CHECKING:
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker_local import LocalStack
 
 pytestmark = pytest.mark.e2e
 

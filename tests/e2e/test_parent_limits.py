@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.limits import SFN_MAX_PAYLOAD_BYTES
+from dependency_tracker.core.limits import SFN_MAX_PAYLOAD_BYTES
 from tests.conftest import wait_until
 from tests.e2e.conftest import dependency, dependency_id, finished, state_of
 from tests.e2e.parent_limits import (
@@ -28,7 +28,7 @@ from tests.e2e.parent_limits import (
 )
 
 if TYPE_CHECKING:
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker_local import LocalStack
 
 pytestmark = pytest.mark.e2e
 

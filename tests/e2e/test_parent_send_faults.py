@@ -33,12 +33,12 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state
 )
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 
-from dependency_tracker.models import waiter_id_for
+from dependency_tracker.table.items import waiter_id_for
 from tests.conftest import wait_until
 from tests.e2e.conftest import dependency, dependency_id, finished, start_parent, waiters
 
 if TYPE_CHECKING:
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker_local import LocalStack
 
 pytestmark = pytest.mark.e2e
 

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from typer.testing import CliRunner
 
-from dependency_tracker.cli.__main__ import app
-from dependency_tracker.local import LocalStack
-from dependency_tracker.stores import ManifestReader, manifest_text
+from dependency_tracker.joins.manifest import ManifestReader, manifest_text
+from dependency_tracker_cli.__main__ import app
+from dependency_tracker_local import LocalStack
 from tests.e2e.conftest import dependency, dependency_id
 
 if TYPE_CHECKING:

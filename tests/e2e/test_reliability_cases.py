@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 
-from dependency_tracker.local.pumps import ExecutionPump, StreamPump
-from dependency_tracker.models import PayloadState
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker_local.pumps import ExecutionPump, StreamPump
 from tests.chaos.hot import SendProbe
 from tests.conftest import wait_until
 from tests.e2e.conftest import dependency, dependency_id, finished, start_parent, state_of, waiters
@@ -34,8 +34,8 @@ from tests.e2e.parent_limits import callback_outputs
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from dependency_tracker.local import LocalStack
-    from dependency_tracker.models import WaiterItem
+    from dependency_tracker.table.items import WaiterItem
+    from dependency_tracker_local import LocalStack
 
 pytestmark = pytest.mark.e2e
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dependency_tracker.models import PayloadState
+from dependency_tracker.core.enums import PayloadState
 from tests.conftest import wait_until
 from tests.e2e.conftest import (
     all_child_runs,
@@ -22,7 +22,7 @@ from tests.e2e.conftest import (
 )
 
 if TYPE_CHECKING:
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker_local import LocalStack
 
 pytestmark = pytest.mark.e2e
 

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dependency_tracker.handlers import callback, sweeper
-from dependency_tracker.local import LocalStack
-from dependency_tracker.local.pumps import SchedulePump
+from dependency_tracker_local import LocalStack
+from dependency_tracker_local.pumps import SchedulePump
 from tests.chaos.hot import SendProbe
 from tests.conftest import wait_until
 from tests.e2e.conftest import dependency, dependency_id, finished, start_parent, waiters

@@ -17,7 +17,7 @@ import pytest
 from tests.e2e.conftest import dependency, finished, start_parent
 
 if TYPE_CHECKING:
-    from dependency_tracker.local import LocalStack
+    from dependency_tracker_local import LocalStack
 
 pytestmark = pytest.mark.e2e
 

@@ -14,8 +14,8 @@ import boto3
 import pytest
 from typer.testing import CliRunner
 
-from dependency_tracker.cli.__main__ import app
-from dependency_tracker.cli.commands.serve import template_outputs
+from dependency_tracker_cli.__main__ import app
+from dependency_tracker_cli.commands.serve import template_outputs
 from tests.conftest import wait_until
 from tests.e2e.conftest import dependency, dependency_id
 from tests.e2e.serving import serving, write

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from dependency_tracker import asl, definitions
-from dependency_tracker.models import DependencyError
-from dependency_tracker.models.messages import read_message
+from dependency_tracker import asl
+from dependency_tracker.core.enums import DependencyError
+from dependency_tracker.waits.messages import read_message
+from dependency_tracker_local import definitions
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

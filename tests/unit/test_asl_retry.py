@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker import asl, definitions
-from dependency_tracker.models import DependencyError
+from dependency_tracker import asl
+from dependency_tracker.core.enums import DependencyError
+from dependency_tracker_local import definitions
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

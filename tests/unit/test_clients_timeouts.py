@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dependency_tracker import clients
+from dependency_tracker.core import clients
 from dependency_tracker.handlers.deadline import DEADLINE_RESERVE_SECONDS
 from tests.unit.template_contract.cfn import load_template
 

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from dependency_tracker import asl, definitions
-from dependency_tracker.errors import ConfigurationError
-from dependency_tracker.flows.update_state import EXPRESS_OUTPUTS_PREFIX
-from dependency_tracker.limits import SFN_MAX_HISTORY_EVENTS, SFN_MAX_PAYLOAD_BYTES
-from dependency_tracker.models import DependencyError
+from dependency_tracker import asl
+from dependency_tracker.core.enums import DependencyError
+from dependency_tracker.core.errors import ConfigurationError
+from dependency_tracker.core.limits import SFN_MAX_HISTORY_EVENTS, SFN_MAX_PAYLOAD_BYTES
+from dependency_tracker.payloads.update_state import EXPRESS_OUTPUTS_PREFIX
+from dependency_tracker_local import definitions
 from tests.e2e.parent_limits import MAX_DEPENDENCIES, moto_size, state_after_map
 
 # Count rows per join (dependency_tracker.models.JOIN_COUNT_SHARDS): the ASL reads each.

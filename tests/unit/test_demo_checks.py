@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dependency_tracker.demo import ParentStatus, Snapshot, _problems, build_scenario
-from dependency_tracker.models import PayloadState
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker_local.demo import ParentStatus, Snapshot, _problems, build_scenario
 
 
 def test_scenario_covers_every_case() -> None:

@@ -25,19 +25,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from typer.testing import CliRunner
 
-from dependency_tracker.cli.__main__ import app
-from dependency_tracker.cli.commands.demo import demo
-from dependency_tracker.cli.waitgraph import Hold
-from dependency_tracker.demo import build_scenario
-from dependency_tracker.flows.results import result_items
-from dependency_tracker.models import (
-    DependencyError,
-    PayloadState,
-    ProcessMessage,
-    ProcessPayload,
-    read_message,
-)
-from dependency_tracker.models.outputs import CallbackSuccess
+from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker.payloads.results import result_items
+from dependency_tracker.waits.messages import ProcessMessage, read_message
+from dependency_tracker.waits.outputs import CallbackSuccess
+from dependency_tracker_cli.__main__ import app
+from dependency_tracker_cli.commands.demo import demo
+from dependency_tracker_cli.waitgraph import Hold
+from dependency_tracker_local.demo import build_scenario
 from tests.unit.docs_blocks import ROOT, Block, blocks, cli_invocations, markdown_files
 from tests.unit.template_contract.cfn import Stack, load_template
 

@@ -19,7 +19,7 @@ import pytest
 from cfnlint.api import lint_file
 
 from dependency_tracker import asl
-from dependency_tracker.definitions import placeholders
+from dependency_tracker_local.definitions import placeholders
 from tests.unit.template_contract.cfn import ACCOUNT, PARTITION, REGION, Stack, load_template
 from tests.unit.template_contract.transformed import transform
 

@@ -15,8 +15,8 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from dependency_tracker import naming
-from dependency_tracker.local.strict import strict_limits
+from dependency_tracker.core import naming
+from dependency_tracker_local.strict import strict_limits
 from tests.conftest import wait_until
 
 if TYPE_CHECKING:

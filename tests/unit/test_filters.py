@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from dependency_tracker.filters import (
+from dependency_tracker_local.filters import (
     CALLBACK_STREAM_FILTER,
     matches,
     update_state_event_pattern,

@@ -9,38 +9,31 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dependency_tracker.keys import (
-    HASH_MARK,
-    is_derived,
-    partition_key,
-    sort_key,
-    table_key,
-)
-from dependency_tracker.limits import (
+from dependency_tracker.core.enums import PayloadState, utcnow
+from dependency_tracker.core.limits import (
     DDB_MAX_PARTITION_KEY_BYTES,
     DDB_MAX_SORT_KEY_BYTES,
     utf8_size,
 )
-from dependency_tracker.models import (
-    ChunkItem,
+from dependency_tracker.joins.messages import JOIN_ID_PATTERN
+from dependency_tracker.joins.store import JoinStore, Registration
+from dependency_tracker.table.items import (
     EdgeItem,
-    JoinItem,
     MembershipItem,
-    PayloadState,
     PayloadStateItem,
     Resolution,
     WaiterItem,
     edge_id_for,
     edge_partition_for,
     join_partition_for,
+    key_attributes,
     membership_id_for,
-    row_from_item,
-    utcnow,
+    restore_keys,
     waiter_id_for,
 )
-from dependency_tracker.models.items import key_attributes, restore_keys
-from dependency_tracker.models.messages import JOIN_ID_PATTERN
-from dependency_tracker.stores.joins import JoinStore, Registration
+from dependency_tracker.table.join_items import ChunkItem, JoinItem
+from dependency_tracker.table.keys import HASH_MARK, is_derived, partition_key, sort_key, table_key
+from dependency_tracker.table.rows import row_from_item
 
 if TYPE_CHECKING:
     from tests.conftest import Aws

@@ -15,8 +15,8 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from dependency_tracker.local.strict import strict_limits
-from dependency_tracker.local.task_tokens import TASK_CLOSED
+from dependency_tracker_local.strict import strict_limits
+from dependency_tracker_local.task_tokens import TASK_CLOSED
 from tests.conftest import wait_until
 
 if TYPE_CHECKING:

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dependency_tracker import naming
-from dependency_tracker.flows.results import INLINE_RESULT_BYTES, build_result
-from dependency_tracker.limits import SFN_MAX_EXECUTION_NAME, utf8_size
-from dependency_tracker.models import ProcessPayload
+from dependency_tracker.core import naming
+from dependency_tracker.core.limits import SFN_MAX_EXECUTION_NAME, utf8_size
+from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker.payloads.results import INLINE_RESULT_BYTES, build_result
 
 if TYPE_CHECKING:
     from tests.conftest import Aws

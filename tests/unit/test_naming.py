@@ -7,7 +7,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dependency_tracker import naming
+from dependency_tracker.core import naming
 
 
 @given(payload_id=st.text(min_size=1, max_size=600), attempt=st.integers(1, 10**6))
@@ -40,8 +40,8 @@ def test_execution_arn_from_state_machine_arn() -> None:
 
 def test_the_embedded_stack_keeps_its_first_name_and_leaves_localstacks_port() -> None:
     # GIVEN the embedded stack's own name and the name the public contract gives it
-    from dependency_tracker import local  # noqa: PLC0415 (the local extra)
-    from dependency_tracker.cli.commands import serve  # noqa: PLC0415 (the cli extra)
+    import dependency_tracker_local as local  # noqa: PLC0415 (the local extra)
+    from dependency_tracker_cli.commands import serve  # noqa: PLC0415 (the cli extra)
 
     # THEN both name one class, and serve does not listen on the LocalStack product's port
     assert local.LocalStack is local.EmbeddedStack

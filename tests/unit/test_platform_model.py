@@ -18,9 +18,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from dependency_tracker.local import platform
-from dependency_tracker.local.pumps import SqsPump
-from dependency_tracker.local.stack import EmbeddedStack
+from dependency_tracker_local import platform
+from dependency_tracker_local.pumps import SqsPump
+from dependency_tracker_local.stack import EmbeddedStack
 from tests.conftest import REGION, ROLE_ARN, wait_until
 
 if TYPE_CHECKING:

@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker import observability
-from dependency_tracker.flows.callback import CallbackAction
-from dependency_tracker.flows.process import ProcessAction, redact_tokens
-from dependency_tracker.flows.update_state import UpdateAction
+from dependency_tracker.core import observability
+from dependency_tracker.core.tokens import redact_token
 from dependency_tracker.handlers import callback, process
-from dependency_tracker.local.context import LocalContext
-from dependency_tracker.models import JOIN_ROW_KEY
-from dependency_tracker.tokens import redact_token
+from dependency_tracker.payloads.update_state import UpdateAction
+from dependency_tracker.table.items import JOIN_ROW_KEY
+from dependency_tracker.waits.callback import CallbackAction
+from dependency_tracker.waits.process import ProcessAction, redact_tokens
+from dependency_tracker_local.context import LocalContext
 from tests.conftest import PREFIX, load_event, payload, payload_id
 from tests.harness import Pumps, create_parent, start_parent
 from tests.unit.handlers.conftest import sqs_event

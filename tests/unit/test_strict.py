@@ -16,9 +16,9 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from dependency_tracker import limits
-from dependency_tracker.local import strict
-from dependency_tracker.local.strict import is_active, strict_limits
+from dependency_tracker.core import limits
+from dependency_tracker_local import strict
+from dependency_tracker_local.strict import is_active, strict_limits
 from tests.conftest import wait_until
 
 if TYPE_CHECKING:

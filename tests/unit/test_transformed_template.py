@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.filters import CALLBACK_STREAM_FILTER, update_state_event_pattern
+from dependency_tracker_local.filters import CALLBACK_STREAM_FILTER, update_state_event_pattern
 from tests.unit.template_contract import iam
 from tests.unit.template_contract.cfn import ACCOUNT, Stack, referenced_ids
 from tests.unit.template_contract.functions import FUNCTIONS

@@ -13,9 +13,9 @@ from aws_lambda_powertools.utilities.batch import (
 from pydantic import ValidationError
 
 from dependency_tracker import app
+from dependency_tracker.core.observability import logger, metrics
 from dependency_tracker.handlers.deadline import deadline_of
-from dependency_tracker.models import row_from_plain
-from dependency_tracker.observability import logger, metrics
+from dependency_tracker.table.rows import row_from_plain
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     )
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from dependency_tracker.flows.callback import CallbackFlow
+    from dependency_tracker.waits.callback import CallbackFlow
 
 processor = BatchProcessor(
     event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False

@@ -16,15 +16,15 @@ from aws_lambda_powertools.utilities.batch import (
 )
 
 from dependency_tracker import app
-from dependency_tracker.models.cirrus import WorkflowEvent
-from dependency_tracker.observability import logger, metrics
+from dependency_tracker.cirrus.models import WorkflowEvent
+from dependency_tracker.core.observability import logger, metrics
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from dependency_tracker.flows.cirrus import CirrusEvents
+    from dependency_tracker.cirrus.flow import CirrusEvents
 
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 

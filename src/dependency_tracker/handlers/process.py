@@ -12,22 +12,18 @@ from aws_lambda_powertools.utilities.batch import (
 )
 
 from dependency_tracker import app
-from dependency_tracker.errors import InvalidMessageError, UnknownWorkflowError
-from dependency_tracker.models import (
-    JoinChunkMessage,
-    JoinMessage,
-    ProcessMessage,
-    WaitMessage,
-    join_partition_for,
-)
-from dependency_tracker.observability import logger, metrics
+from dependency_tracker.core.errors import InvalidMessageError, UnknownWorkflowError
+from dependency_tracker.core.observability import logger, metrics
+from dependency_tracker.joins.messages import JoinChunkMessage, JoinMessage
+from dependency_tracker.table.items import join_partition_for
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from dependency_tracker.flows.process import ProcessFlow
+    from dependency_tracker.waits.messages import ProcessMessage, WaitMessage
+    from dependency_tracker.waits.process import ProcessFlow
 
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dependency_tracker import app
+from dependency_tracker.core.observability import logger, metrics
 from dependency_tracker.handlers.deadline import deadline_of
-from dependency_tracker.observability import logger, metrics
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from dependency_tracker.flows.sweeper import SweeperFlow
+    from dependency_tracker.sweeper.flow import SweeperFlow
 
 
 def sweeper_flow() -> SweeperFlow:

@@ -19,15 +19,15 @@ from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent
 from pydantic import ValidationError
 
 from dependency_tracker import app
-from dependency_tracker.models import StatusChange, StatusReport
-from dependency_tracker.observability import logger, metrics
+from dependency_tracker.core.observability import logger, metrics
+from dependency_tracker.payloads.events import StatusChange, StatusReport
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from dependency_tracker.flows.update_state import UpdateStateFlow
+    from dependency_tracker.payloads.update_state import UpdateStateFlow
 
 report_processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 

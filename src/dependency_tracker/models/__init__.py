@@ -1,9 +1,11 @@
-"""Pydantic models at every boundary: payloads, queue messages, table items, events, outputs.
+"""The models by their first address: payloads, queue messages, table items, events, outputs.
 
-Field and error names here are part of the public contract (docs/architecture.md).
+Each lives with its feature now (``payloads/``, ``waits/``, ``joins/``, ``table/``); this
+package keeps the public names importable where docs/versioning.md promises them
+(``dependency_tracker.models.ProcessPayload``). Code in the project imports from the features.
 """
 
-from dependency_tracker.models.enums import (
+from dependency_tracker.core.enums import (
     INVALID_INPUT_ERRORS,
     TERMINAL_STATES,
     DependencyError,
@@ -11,8 +13,25 @@ from dependency_tracker.models.enums import (
     PayloadState,
     utcnow,
 )
-from dependency_tracker.models.events import InputDetails, StatusChange, StatusReport
-from dependency_tracker.models.items import (
+from dependency_tracker.joins.messages import (
+    JOIN_ID_PATTERN,
+    JoinChunkMessage,
+    JoinMessage,
+    JoinSpec,
+)
+from dependency_tracker.joins.outputs import FailedMember, JoinSummary, MemberOutcome
+from dependency_tracker.payloads.documents import PayloadLoader
+from dependency_tracker.payloads.events import InputDetails, StatusChange, StatusReport
+from dependency_tracker.payloads.model import (
+    RESERVED_ID_PREFIXES,
+    WORKFLOW_PATTERN,
+    Feature,
+    ProcessDefinition,
+    ProcessPayload,
+    keyed_payload_id,
+    payload_id_for,
+)
+from dependency_tracker.table.items import (
     EDGE_PARTITION_PREFIX,
     JOIN_PARTITION_PREFIX,
     JOIN_ROW_KEY,
@@ -33,7 +52,7 @@ from dependency_tracker.models.items import (
     membership_id_for,
     waiter_id_for,
 )
-from dependency_tracker.models.joins import (
+from dependency_tracker.table.join_items import (
     JOIN_COUNT_SHARDS,
     ChunkItem,
     CountShardItem,
@@ -43,39 +62,9 @@ from dependency_tracker.models.joins import (
     count_partition_for,
     shard_of,
 )
-from dependency_tracker.models.messages import (
-    JOIN_ID_PATTERN,
-    Callback,
-    JoinChunkMessage,
-    JoinMessage,
-    JoinSpec,
-    PayloadLoader,
-    ProcessMessage,
-    WaitMessage,
-    read_message,
-)
-from dependency_tracker.models.outputs import (
-    CallbackFailure,
-    CallbackSuccess,
-    FailedMember,
-    JoinSummary,
-    MemberOutcome,
-)
-from dependency_tracker.models.payload import (
-    RESERVED_ID_PREFIXES,
-    WORKFLOW_PATTERN,
-    Feature,
-    ProcessDefinition,
-    ProcessPayload,
-    keyed_payload_id,
-    payload_id_for,
-)
-from dependency_tracker.models.rows import (
-    Row,
-    is_bookkeeping_item,
-    row_from_item,
-    row_from_plain,
-)
+from dependency_tracker.table.rows import Row, is_bookkeeping_item, row_from_item, row_from_plain
+from dependency_tracker.waits.messages import Callback, ProcessMessage, WaitMessage, read_message
+from dependency_tracker.waits.outputs import CallbackFailure, CallbackSuccess
 
 __all__ = [
     "EDGE_PARTITION_PREFIX",

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dependency_tracker import __version__
-from dependency_tracker.cli.__main__ import app
+from dependency_tracker_cli.__main__ import app
 from tests.unit.docs_blocks import cli_invocations
 
 COMMANDS = ["serve", "wait", "publish", "status", "waiters", "graph", "stuck", "redrive", "demo"]

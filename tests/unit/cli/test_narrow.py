@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 from typer.testing import CliRunner
 
-from dependency_tracker.cli import render
-from dependency_tracker.cli.__main__ import app
-from dependency_tracker.models import PayloadState
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker_cli import render
+from dependency_tracker_cli.__main__ import app
 from tests.conftest import payload, payload_id
 
 if TYPE_CHECKING:

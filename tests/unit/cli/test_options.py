@@ -6,10 +6,10 @@ import typer
 from botocore.exceptions import ClientError, NoRegionError
 from typer.testing import CliRunner
 
-from dependency_tracker.cli.__main__ import app
-from dependency_tracker.cli.options import aws_command
-from dependency_tracker.cli.target import Target
-from dependency_tracker.errors import PayloadNotFoundError
+from dependency_tracker.core.errors import PayloadNotFoundError
+from dependency_tracker_cli.__main__ import app
+from dependency_tracker_cli.options import aws_command
+from dependency_tracker_cli.target import Target
 
 probe = typer.Typer()
 seen: dict[str, object] = {}

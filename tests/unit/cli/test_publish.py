@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from typer.testing import CliRunner
 
-from dependency_tracker.cli.__main__ import app
-from dependency_tracker.cli.commands.publish import MAX_MESSAGE_BYTES
+from dependency_tracker_cli.__main__ import app
+from dependency_tracker_cli.commands.publish import MAX_MESSAGE_BYTES
 from tests.conftest import payload, payload_id
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from dependency_tracker.cli.render import duration_text, parse_duration
+from dependency_tracker_cli.render import duration_text, parse_duration
 
 
 @pytest.mark.parametrize(

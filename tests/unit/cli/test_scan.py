@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dependency_tracker.models import JoinItem, MembershipItem, PayloadState, WaiterItem
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.table.items import MembershipItem, WaiterItem
+from dependency_tracker.table.join_items import JoinItem
 from tests.unit.cli.rows import join, waiter
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import boto3
 import pytest
 
-from dependency_tracker.cli.target import (
+from dependency_tracker_cli.target import (
     LOCAL_REGION,
     ConnectionOptions,
     ResourceNames,

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 from typer.testing import CliRunner
 
-from dependency_tracker.cli.__main__ import app
-from dependency_tracker.errors import PayloadNotFoundError
-from dependency_tracker.models import PayloadState
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.core.errors import PayloadNotFoundError
+from dependency_tracker_cli.__main__ import app
 from tests.conftest import payload, payload_id
 from tests.unit.cli.rows import waiter
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from dependency_tracker.cli.waitgraph import WaitGraph, execution_label, strongly_connected
-from dependency_tracker.models import PayloadState, PayloadStateItem
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.table.items import PayloadStateItem
+from dependency_tracker_cli.waitgraph import WaitGraph, execution_label, strongly_connected
 from tests.unit.cli.rows import NOW, TOKEN_PREFIX, join, waiter
 
 PARENT_ARN = "arn:aws:states:us-east-1:123456789012:execution:deptrack-wait-for-dependencies:p1"

@@ -17,16 +17,17 @@ import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 from botocore.exceptions import ClientError
 
-from dependency_tracker import clients
 from dependency_tracker.app import App
-from dependency_tracker.errors import CallbackDeliveryError
-from dependency_tracker.flows.backoff import Backoff, is_transient
-from dependency_tracker.flows.callback import CallbackAction
-from dependency_tracker.flows.sweeper import SweeperFlow
+from dependency_tracker.core import clients
+from dependency_tracker.core.backoff import Backoff, is_transient
+from dependency_tracker.core.enums import PayloadState, utcnow
+from dependency_tracker.core.errors import CallbackDeliveryError
 from dependency_tracker.handlers import callback as callback_handler
-from dependency_tracker.local.context import LocalContext
-from dependency_tracker.models import PayloadState, WaiterItem, utcnow
-from dependency_tracker.stores.sweeps import SweepStore
+from dependency_tracker.sweeper.flow import SweeperFlow
+from dependency_tracker.sweeper.store import SweepStore
+from dependency_tracker.table.items import WaiterItem
+from dependency_tracker.waits.callback import CallbackAction
+from dependency_tracker_local.context import LocalContext
 from tests.chaos.hot import SendProbe
 from tests.conftest import (
     DEPENDENCY_TABLE,

@@ -16,22 +16,21 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from dependency_tracker import naming
-from dependency_tracker.errors import ConfigurationError
-from dependency_tracker.flows.chaining import CHAINED_PREFIX, MAX_INLINE_CHAIN_BYTES, next_payload
-from dependency_tracker.flows.update_state import UpdateAction, UpdateStateFlow
-from dependency_tracker.limits import SQS_DEFAULT_MAX_MESSAGE_BYTES, utf8_size
-from dependency_tracker.models import (
-    PayloadState,
-    ProcessMessage,
-    ProcessPayload,
-    StatusChange,
-    WaiterItem,
-    read_message,
-    utcnow,
-    waiter_id_for,
+from dependency_tracker.core import naming
+from dependency_tracker.core.enums import PayloadState, utcnow
+from dependency_tracker.core.errors import ConfigurationError
+from dependency_tracker.core.limits import SQS_DEFAULT_MAX_MESSAGE_BYTES, utf8_size
+from dependency_tracker.payloads.bucket import PayloadBucket
+from dependency_tracker.payloads.chaining import (
+    CHAINED_PREFIX,
+    MAX_INLINE_CHAIN_BYTES,
+    next_payload,
 )
-from dependency_tracker.stores import PayloadBucket
+from dependency_tracker.payloads.events import StatusChange
+from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker.payloads.update_state import UpdateAction, UpdateStateFlow
+from dependency_tracker.table.items import WaiterItem, waiter_id_for
+from dependency_tracker.waits.messages import ProcessMessage, read_message
 from tests.conftest import ACCOUNT, REGION
 
 if TYPE_CHECKING:

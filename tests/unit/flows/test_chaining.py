@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from dependency_tracker.flows.chaining import ChainError, next_payload
-from dependency_tracker.models import ProcessPayload
+from dependency_tracker.payloads.chaining import ChainError, next_payload
+from dependency_tracker.payloads.model import ProcessPayload
 
 
 def chained(*workflows: str, chain_filter: str | None = None) -> ProcessPayload:

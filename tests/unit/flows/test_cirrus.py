@@ -20,37 +20,35 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
-from dependency_tracker import clients
 from dependency_tracker.app import App
-from dependency_tracker.errors import InvalidMessageError
-from dependency_tracker.flows.cirrus import CirrusAction, CirrusEvents, CirrusRuns
-from dependency_tracker.flows.process import ProcessAction
-from dependency_tracker.flows.sweeper import SweeperFlow
-from dependency_tracker.models import (
-    JoinMessage,
-    PayloadState,
-    ProcessMessage,
-    ProcessPayload,
-    WaitMessage,
-    waiter_id_for,
-)
-from dependency_tracker.models.cirrus import (
+from dependency_tracker.cirrus.flow import CirrusAction, CirrusEvents, CirrusRuns
+from dependency_tracker.cirrus.models import (
     CirrusStateItem,
     WorkflowEvent,
     WorkflowEventType,
     cirrus_id_problem,
     cirrus_key,
 )
-from dependency_tracker.stores import DependencyTable, PayloadBucket
-from dependency_tracker.stores.cirrus import CirrusQueue, CirrusStateTable
-from dependency_tracker.stores.sweeps import SweepStore
+from dependency_tracker.cirrus.store import CirrusQueue, CirrusStateTable
+from dependency_tracker.core import clients
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.core.errors import InvalidMessageError
+from dependency_tracker.joins.messages import JoinMessage
+from dependency_tracker.payloads.bucket import PayloadBucket
+from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker.sweeper.flow import SweeperFlow
+from dependency_tracker.sweeper.store import SweepStore
+from dependency_tracker.table.dependency_table import DependencyTable
+from dependency_tracker.table.items import waiter_id_for
+from dependency_tracker.waits.messages import ProcessMessage, WaitMessage
+from dependency_tracker.waits.process import ProcessAction
 from tests.conftest import DEPENDENCY_TABLE, STATE_TABLE, Aws, payload
 from tests.interleave import Run, Scheduler, explore
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from dependency_tracker.flows import ProcessFlow
+    from dependency_tracker.waits.process import ProcessFlow
 
 CIRRUS_TABLE = "cirrus-state"
 CIRRUS_BUCKET = "cirrus-payloads"

@@ -11,28 +11,27 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
-from dependency_tracker.flows.cycles import Cycle, CycleGuard
-from dependency_tracker.flows.process import ProcessAction
-from dependency_tracker.models import (
+from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.core.tokens import token_hash
+from dependency_tracker.cycles.edges import WaitEdges
+from dependency_tracker.cycles.guard import Cycle, CycleGuard
+from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker.payloads.state_table import StateTable
+from dependency_tracker.table.items import (
     EDGE_PARTITION_PREFIX,
-    DependencyError,
-    PayloadState,
-    ProcessPayload,
     Resolution,
     membership_id_for,
-    read_message,
     waiter_id_for,
 )
-from dependency_tracker.stores import StateTable
-from dependency_tracker.stores.wait_edges import WaitEdges
-from dependency_tracker.tokens import token_hash
+from dependency_tracker.waits.messages import read_message
+from dependency_tracker.waits.process import ProcessAction
 from tests.conftest import Aws, payload, payload_id
 from tests.interleave import Flow, Run, Scheduler, explore
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from dependency_tracker.flows import ProcessFlow
+    from dependency_tracker.waits.process import ProcessFlow
 
 
 def guard(aws: Aws, max_length: int = 10, max_nodes: int = 1_000) -> CycleGuard:

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.flows.joins.registration import JoinRegistration
-from dependency_tracker.models import DependencyError, PayloadState
-from dependency_tracker.stores.joins import JoinStore
+from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.joins.registration import JoinRegistration
+from dependency_tracker.joins.store import JoinStore
 from tests.conftest import payload
 from tests.unit.flows.test_join_registration import (
     Harness,

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.errors import InvalidMessageError
-from dependency_tracker.models import DependencyError, PayloadState, membership_id_for
-from dependency_tracker.stores.joins import JoinStore
-from dependency_tracker.stores.manifest import manifest_text
+from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.core.errors import InvalidMessageError
+from dependency_tracker.joins.manifest import manifest_text
+from dependency_tracker.joins.store import JoinStore
+from dependency_tracker.table.items import membership_id_for
 from tests.conftest import payload, payload_id
 from tests.unit.flows.test_join_registration import (
     BUCKET,

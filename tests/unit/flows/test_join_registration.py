@@ -15,23 +15,22 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.errors import InvalidMessageError
-from dependency_tracker.flows.process import ProcessAction
-from dependency_tracker.limits import item_size
-from dependency_tracker.models import (
-    DependencyError,
-    JoinChunkMessage,
-    JoinMessage,
+from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.core.errors import InvalidMessageError
+from dependency_tracker.core.limits import item_size
+from dependency_tracker.joins.manifest import manifest_text
+from dependency_tracker.joins.messages import JoinChunkMessage, JoinMessage
+from dependency_tracker.joins.store import JoinStore
+from dependency_tracker.payloads.bucket import PayloadBucket
+from dependency_tracker.table.dependency_table import DependencyTable
+from dependency_tracker.table.items import (
     MembershipItem,
-    PayloadState,
     Resolution,
     join_partition_for,
     membership_id_for,
-    read_message,
 )
-from dependency_tracker.stores import DependencyTable, PayloadBucket
-from dependency_tracker.stores.joins import JoinStore
-from dependency_tracker.stores.manifest import manifest_text
+from dependency_tracker.waits.messages import read_message
+from dependency_tracker.waits.process import ProcessAction
 from tests.conftest import payload, payload_id
 
 if TYPE_CHECKING:

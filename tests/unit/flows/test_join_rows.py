@@ -6,7 +6,7 @@ about 1,400 typical cirrus ids). Now the join row holds counts, each member's
 outcome is on its own membership row, and the member list is spread over chunk
 rows of at most ``join_chunk_size`` (100) members in their key form (at most
 2,048 bytes each). These tests hold each of those rows to its bound, sized as
-DynamoDB sizes them (:func:`dependency_tracker.limits.item_size`), and check
+DynamoDB sizes them (:func:`dependency_tracker.core.limits.item_size`), and check
 that the table takes the largest chunk row under the strict layer.
 """
 
@@ -18,29 +18,27 @@ from typing import TYPE_CHECKING
 import pytest
 from pydantic import ValidationError
 
-from dependency_tracker.keys import partition_key
-from dependency_tracker.limits import (
+from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.core.limits import (
     DDB_MAX_ITEM_BYTES,
     DDB_MAX_PARTITION_KEY_BYTES,
     KIB,
     item_size,
     utf8_size,
 )
-from dependency_tracker.local.strict import strict_limits
-from dependency_tracker.models import (
+from dependency_tracker.core.settings import DEFAULT_CYCLE_DEPTH, Settings
+from dependency_tracker.joins.store import JoinStore
+from dependency_tracker.table.dependency_table import MAX_REFUSAL_CAUSE_CHARS
+from dependency_tracker.table.items import JOIN_ROW_KEY, join_partition_for
+from dependency_tracker.table.join_items import (
     JOIN_COUNT_SHARDS,
-    JOIN_ROW_KEY,
     ChunkItem,
     CountShardItem,
-    DependencyError,
     JoinItem,
-    PayloadState,
     count_partition_for,
-    join_partition_for,
 )
-from dependency_tracker.settings import DEFAULT_CYCLE_DEPTH, Settings
-from dependency_tracker.stores.dependency_table import MAX_REFUSAL_CAUSE_CHARS
-from dependency_tracker.stores.joins import JoinStore
+from dependency_tracker.table.keys import partition_key
+from dependency_tracker_local.strict import strict_limits
 
 if TYPE_CHECKING:
     from tests.conftest import Aws

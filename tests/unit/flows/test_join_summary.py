@@ -16,24 +16,22 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.flows.callback import CallbackFlow
-from dependency_tracker.flows.joins.counting import JoinCounting
-from dependency_tracker.flows.joins.summary import read_summary
-from dependency_tracker.keys import partition_key
-from dependency_tracker.models import (
-    ChunkItem,
-    JoinItem,
+from dependency_tracker.core.enums import PayloadState, utcnow
+from dependency_tracker.joins.counting import JoinCounting
+from dependency_tracker.joins.manifest import manifest_text
+from dependency_tracker.joins.store import JoinStore, Registration
+from dependency_tracker.joins.summary import read_summary
+from dependency_tracker.table.dependency_table import DependencyTable
+from dependency_tracker.table.items import (
+    JOIN_ROW_KEY,
     MembershipItem,
-    PayloadState,
     Resolution,
     join_partition_for,
     membership_id_for,
-    utcnow,
 )
-from dependency_tracker.models.items import JOIN_ROW_KEY
-from dependency_tracker.stores import DependencyTable
-from dependency_tracker.stores.joins import JoinStore, Registration
-from dependency_tracker.stores.manifest import manifest_text
+from dependency_tracker.table.join_items import ChunkItem, JoinItem
+from dependency_tracker.table.keys import partition_key
+from dependency_tracker.waits.callback import CallbackFlow
 from tests.conftest import payload, payload_id
 from tests.unit.flows.test_join_registration import BUCKET
 from tests.unit.flows.test_join_registration import Harness as RegistrationHarness

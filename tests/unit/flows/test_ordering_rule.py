@@ -17,23 +17,24 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
-from dependency_tracker import naming
 from dependency_tracker.app import App
-from dependency_tracker.flows import ProcessFlow, UpdateStateFlow
-from dependency_tracker.models import (
-    JoinMessage,
-    PayloadState,
-    ProcessMessage,
-    ProcessPayload,
-    StatusChange,
-    waiter_id_for,
-)
-from dependency_tracker.stores import DependencyTable, StateTable
+from dependency_tracker.core import naming
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.joins.messages import JoinMessage
+from dependency_tracker.payloads.events import StatusChange
+from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker.payloads.state_table import StateTable
+from dependency_tracker.payloads.update_state import UpdateStateFlow
+from dependency_tracker.table.dependency_table import DependencyTable
+from dependency_tracker.table.items import waiter_id_for
+from dependency_tracker.waits.messages import ProcessMessage
 from tests.conftest import DEPENDENCY_TABLE, STATE_TABLE, WORKFLOW_ARN_PREFIX, Aws, payload
 from tests.interleave import Run, Scheduler, explore
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from dependency_tracker.waits.process import ProcessFlow
 
 STATUS = {
     PayloadState.SUCCEEDED: ("SUCCEEDED", None),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from dependency_tracker.flows.results import INLINE_RESULT_BYTES, build_result, result_items
-from dependency_tracker.stores import PayloadBucket
+from dependency_tracker.payloads.bucket import PayloadBucket
+from dependency_tracker.payloads.results import INLINE_RESULT_BYTES, build_result, result_items
 
 if TYPE_CHECKING:
     from tests.conftest import Aws

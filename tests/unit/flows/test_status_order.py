@@ -13,19 +13,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dependency_tracker import naming
-from dependency_tracker.errors import InvalidMessageError
-from dependency_tracker.flows import UpdateStateFlow
-from dependency_tracker.flows.update_state import UpdateAction
-from dependency_tracker.models import (
-    PayloadState,
-    ProcessPayload,
-    StatusChange,
-    utcnow,
-    waiter_id_for,
-)
-from dependency_tracker.models.items import WaiterItem
-from dependency_tracker.stores import PayloadBucket
+from dependency_tracker.core import naming
+from dependency_tracker.core.enums import PayloadState, utcnow
+from dependency_tracker.core.errors import InvalidMessageError
+from dependency_tracker.payloads.bucket import PayloadBucket
+from dependency_tracker.payloads.events import StatusChange
+from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker.payloads.update_state import UpdateAction, UpdateStateFlow
+from dependency_tracker.table.items import WaiterItem, waiter_id_for
 from tests.conftest import WORKFLOW_ARN_PREFIX, payload, payload_id
 
 if TYPE_CHECKING:

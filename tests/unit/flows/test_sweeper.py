@@ -20,20 +20,15 @@ import boto3
 import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 
-from dependency_tracker import clients
 from dependency_tracker.app import App
-from dependency_tracker.errors import ConfigurationError
-from dependency_tracker.flows.backoff import Backoff
-from dependency_tracker.flows.sweeper import SweeperFlow
-from dependency_tracker.models import (
-    PayloadState,
-    PayloadStateItem,
-    WaiterItem,
-    utcnow,
-    waiter_id_for,
-)
-from dependency_tracker.settings import Settings
-from dependency_tracker.stores.sweeps import CursorStore, SweepStore
+from dependency_tracker.core import clients
+from dependency_tracker.core.backoff import Backoff
+from dependency_tracker.core.enums import PayloadState, utcnow
+from dependency_tracker.core.errors import ConfigurationError
+from dependency_tracker.core.settings import Settings
+from dependency_tracker.sweeper.flow import SweeperFlow
+from dependency_tracker.sweeper.store import CursorStore, SweepStore
+from dependency_tracker.table.items import PayloadStateItem, WaiterItem, waiter_id_for
 from tests.conftest import DEPENDENCY_TABLE, STATE_TABLE, Aws, moto_query_page
 from tests.interleave import Run, Scheduler, explore
 

@@ -10,14 +10,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.exceptions import ClientError
 
-from dependency_tracker import clients
+from dependency_tracker.core import clients
+from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.handlers.callback import callback_flow, lambda_handler
-from dependency_tracker.models import PayloadState, WaiterItem
+from dependency_tracker.table.items import WaiterItem
 from tests.conftest import Aws, load_event, payload
 from tests.harness import Pumps, create_parent, start_parent
 
 if TYPE_CHECKING:
-    from dependency_tracker.local.context import LocalContext
+    from dependency_tracker_local.context import LocalContext
 
 NOW = datetime.now(UTC)
 

@@ -7,14 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.handlers.process import lambda_handler as process_handler
-from dependency_tracker.models import PayloadState, waiter_id_for
+from dependency_tracker.table.items import waiter_id_for
 from tests.conftest import Aws, payload, payload_id
 from tests.harness import Pumps, create_parent, start_parent
 from tests.unit.handlers.conftest import sqs_event
 
 if TYPE_CHECKING:
-    from dependency_tracker.local.context import LocalContext
+    from dependency_tracker_local.context import LocalContext
 
 
 def table_rows(aws: Aws, table: str) -> list[dict[str, Any]]:

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.models import JoinItem, MemberOutcome, PayloadState, waiter_id_for
-from dependency_tracker.stores.joins import JoinStore
-from dependency_tracker.tokens import token_hash
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.core.tokens import token_hash
+from dependency_tracker.joins.store import JoinStore
+from dependency_tracker.table.items import waiter_id_for
 from tests.conftest import Aws, payload, payload_id
 from tests.harness import Pumps
+
+if TYPE_CHECKING:
+    from dependency_tracker.joins.outputs import MemberOutcome
+    from dependency_tracker.table.join_items import JoinItem
 
 
 def send(aws: Aws, body: dict[str, Any]) -> None:
@@ -131,7 +136,7 @@ def test_duplicate_deliveries_fire_the_join_once(aws: Aws) -> None:
     pumps = Pumps.create(aws)
     pumps.deliver_twice()
     calls: list[str] = []
-    from dependency_tracker import clients  # noqa: PLC0415  (the handlers' cached client)
+    from dependency_tracker.core import clients  # noqa: PLC0415  (the handlers' cached client)
 
     clients.client("stepfunctions").meta.events.register(
         "before-call.sfn.*", lambda model, **_: calls.append(model.name)

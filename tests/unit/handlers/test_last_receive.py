@@ -12,17 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker import settings
-from dependency_tracker.flows.process import _token_in
+from dependency_tracker.core import settings
+from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.handlers import process as process_handler
 from dependency_tracker.handlers.process import lambda_handler
-from dependency_tracker.models import DependencyError, PayloadState, waiter_id_for
+from dependency_tracker.table.items import waiter_id_for
+from dependency_tracker.waits.process import _token_in
 from tests.conftest import WORKFLOW_ARN_PREFIX, fresh_app, payload
 from tests.unit.handlers.conftest import sqs_event
 
 if TYPE_CHECKING:
-    from dependency_tracker.local.context import LocalContext
-    from dependency_tracker.models import WaiterItem
+    from dependency_tracker.table.items import WaiterItem
+    from dependency_tracker_local.context import LocalContext
     from tests.conftest import Aws
 
 MAX_RECEIVES = 3

@@ -15,38 +15,37 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.exceptions import ClientError
 
-from dependency_tracker.flows.callback import CallbackAction, CallbackFlow
-from dependency_tracker.limits import SFN_MAX_CAUSE_CHARS, SFN_MAX_PAYLOAD_BYTES, utf8_size
-from dependency_tracker.local.strict import strict_limits
-from dependency_tracker.models import (
-    JOIN_COUNT_SHARDS,
+from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.core.limits import SFN_MAX_CAUSE_CHARS, SFN_MAX_PAYLOAD_BYTES, utf8_size
+from dependency_tracker.joins.outputs import MAX_JOIN_OUTPUT_BYTES, JoinSummary, MemberOutcome
+from dependency_tracker.joins.store import JoinStore, Registration
+from dependency_tracker.payloads.bucket import PayloadBucket
+from dependency_tracker.table.items import (
     JOIN_ROW_KEY,
-    ChunkItem,
-    CountShardItem,
-    DependencyError,
-    JoinCounts,
-    JoinItem,
-    MemberOutcome,
     MembershipItem,
-    PayloadState,
     Resolution,
     WaiterItem,
-    count_partition_for,
     join_partition_for,
     membership_id_for,
-    shard_of,
     waiter_id_for,
 )
-from dependency_tracker.models.outputs import (
+from dependency_tracker.table.join_items import (
+    JOIN_COUNT_SHARDS,
+    ChunkItem,
+    CountShardItem,
+    JoinCounts,
+    JoinItem,
+    count_partition_for,
+    shard_of,
+)
+from dependency_tracker.waits.callback import CallbackAction, CallbackFlow
+from dependency_tracker.waits.outputs import (
     CALLBACK_OUTPUTS_PREFIX,
-    MAX_JOIN_OUTPUT_BYTES,
     MAX_WAIT_OUTPUT_BYTES,
     CallbackFailure,
     CallbackSuccess,
-    JoinSummary,
 )
-from dependency_tracker.stores import PayloadBucket
-from dependency_tracker.stores.joins import JoinStore, Registration
+from dependency_tracker_local.strict import strict_limits
 
 if TYPE_CHECKING:
     from tests.conftest import Aws

@@ -9,12 +9,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.exceptions import ClientError
 
-from dependency_tracker import app, limits, naming
-from dependency_tracker.flows import runs as runs_module
+from dependency_tracker import app
+from dependency_tracker.core import limits, naming
+from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.handlers.process import lambda_handler
 from dependency_tracker.handlers.update_state import lambda_handler as update_state_handler
-from dependency_tracker.local.events import status_change_event
-from dependency_tracker.models import PayloadState, ProcessPayload, waiter_id_for
+from dependency_tracker.payloads import runs as runs_module
+from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker.table.items import waiter_id_for
+from dependency_tracker_local.events import status_change_event
 from tests.conftest import (
     ACCOUNT,
     REGION,
@@ -29,7 +32,7 @@ from tests.conftest import (
 from tests.unit.handlers.conftest import sqs_event
 
 if TYPE_CHECKING:
-    from dependency_tracker.local.context import LocalContext
+    from dependency_tracker_local.context import LocalContext
 
 
 def executions(aws: Aws, workflow: str = "pass") -> list[dict[str, Any]]:

@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker import settings
+from dependency_tracker.core import settings
+from dependency_tracker.core.enums import PayloadState, utcnow
+from dependency_tracker.core.observability import metrics
 from dependency_tracker.handlers import sweeper as sweeper_handler
-from dependency_tracker.local.context import LocalContext
-from dependency_tracker.local.pumps import scheduled_event
-from dependency_tracker.models import PayloadState, PayloadStateItem, WaiterItem, utcnow
-from dependency_tracker.observability import metrics
-from dependency_tracker.stores.sweeps import CURSOR_KEY
+from dependency_tracker.sweeper.store import CURSOR_KEY
+from dependency_tracker.table.items import PayloadStateItem, WaiterItem
+from dependency_tracker_local.context import LocalContext
+from dependency_tracker_local.pumps import scheduled_event
 from tests.conftest import (
     ACCOUNT,
     DEPENDENCY_TABLE,

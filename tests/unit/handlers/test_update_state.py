@@ -7,15 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.handlers.process import lambda_handler as process_handler
 from dependency_tracker.handlers.update_state import lambda_handler
-from dependency_tracker.local.events import status_change_event
-from dependency_tracker.models import PayloadState, waiter_id_for
+from dependency_tracker.table.items import waiter_id_for
+from dependency_tracker_local.events import status_change_event
 from tests.conftest import ACCOUNT, REGION, Aws, load_event, payload, payload_id
 from tests.unit.handlers.conftest import sqs_event
 
 if TYPE_CHECKING:
-    from dependency_tracker.local.context import LocalContext
+    from dependency_tracker_local.context import LocalContext
 
 
 def run_child(aws: Aws, ctx: LocalContext, body: dict[str, Any]) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.local.pumps import ExecutionPump, StreamPump
-from dependency_tracker.local.runner import Activity, PumpRunner
+from dependency_tracker_local.pumps import ExecutionPump, StreamPump
+from dependency_tracker_local.runner import Activity, PumpRunner
 from tests.conftest import ACCOUNT, PASS_WORKFLOW, PREFIX, REGION, Aws, wait_until
 
 if TYPE_CHECKING:

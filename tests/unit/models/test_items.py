@@ -7,17 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from dependency_tracker.models import (
-    CallbackFailure,
-    DependencyError,
-    ExecutionStatus,
-    PayloadState,
-    PayloadStateItem,
-    Resolution,
-    StatusChange,
-    WaiterItem,
-    waiter_id_for,
-)
+from dependency_tracker.core.enums import DependencyError, ExecutionStatus, PayloadState
+from dependency_tracker.payloads.events import StatusChange
+from dependency_tracker.table.items import PayloadStateItem, Resolution, WaiterItem, waiter_id_for
+from dependency_tracker.waits.outputs import CallbackFailure
 from tests.conftest import load_event
 
 NOW = datetime(2026, 11, 1, 12, tzinfo=UTC)

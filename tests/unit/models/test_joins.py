@@ -7,26 +7,22 @@ from datetime import UTC, datetime
 
 import pytest
 
-from dependency_tracker.errors import InvalidMessageError
-from dependency_tracker.keys import partition_key
-from dependency_tracker.models import (
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.core.errors import InvalidMessageError
+from dependency_tracker.core.tokens import token_hash
+from dependency_tracker.joins.messages import JoinMessage, read_members
+from dependency_tracker.joins.outputs import JoinSummary, MemberOutcome
+from dependency_tracker.table.join_items import (
     JOIN_COUNT_SHARDS,
     ChunkItem,
     CountShardItem,
     JoinItem,
-    JoinMessage,
-    JoinSummary,
-    MemberOutcome,
-    PayloadState,
-    ProcessMessage,
     count_partition_for,
-    is_bookkeeping_item,
-    read_message,
-    row_from_plain,
     shard_of,
 )
-from dependency_tracker.models.messages import read_members
-from dependency_tracker.tokens import token_hash
+from dependency_tracker.table.keys import partition_key
+from dependency_tracker.table.rows import is_bookkeeping_item, row_from_plain
+from dependency_tracker.waits.messages import ProcessMessage, read_message
 from tests.conftest import payload, payload_id
 
 NOW = datetime(2026, 11, 1, tzinfo=UTC)

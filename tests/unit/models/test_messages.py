@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker.errors import InvalidMessageError
-from dependency_tracker.models import PayloadLoader, ProcessMessage, WaitMessage, read_message
-from dependency_tracker.models.payload import MAX_PAYLOAD_DEPTH
+from dependency_tracker.core.errors import InvalidMessageError
+from dependency_tracker.payloads.model import MAX_PAYLOAD_DEPTH
+from dependency_tracker.waits.messages import ProcessMessage, WaitMessage, read_message
 from tests.conftest import load_event, payload, payload_id
+
+if TYPE_CHECKING:
+    from dependency_tracker.payloads.documents import PayloadLoader
 
 
 def test_bare_payload_has_no_callback() -> None:

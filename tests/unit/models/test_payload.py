@@ -7,9 +7,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from dependency_tracker.errors import InvalidMessageError
-from dependency_tracker.models import Feature, ProcessDefinition, ProcessPayload
-from dependency_tracker.models.payload import MAX_PAYLOAD_DEPTH
+from dependency_tracker.core.errors import InvalidMessageError
+from dependency_tracker.payloads.model import (
+    MAX_PAYLOAD_DEPTH,
+    Feature,
+    ProcessDefinition,
+    ProcessPayload,
+)
 from tests.conftest import load_fixture
 
 LONE = "\ud800"  # half a surrogate pair: JSON can escape it, UTF-8 cannot encode it

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from dependency_tracker.models import PayloadState, Resolution, WaiterItem, waiter_id_for
-from dependency_tracker.stores import DependencyTable
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.table.dependency_table import DependencyTable
+from dependency_tracker.table.items import Resolution, WaiterItem, waiter_id_for
 from tests.conftest import DEPENDENCY_TABLE, Aws, moto_query_page
 
 NOW = datetime.now(UTC)

@@ -9,28 +9,25 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError
 
-from dependency_tracker.flows.cycles import CycleGuard
-from dependency_tracker.keys import partition_key
-from dependency_tracker.limits import DDB_MAX_PARTITION_KEY_BYTES, utf8_size
-from dependency_tracker.local.strict import strict_limits
-from dependency_tracker.models import (
+from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
+from dependency_tracker.core.limits import DDB_MAX_PARTITION_KEY_BYTES, utf8_size
+from dependency_tracker.cycles.edges import WaitEdges
+from dependency_tracker.cycles.guard import CycleGuard
+from dependency_tracker.joins.store import JoinStore, Registration
+from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker.table.dependency_table import MAX_REFUSAL_CAUSE_CHARS
+from dependency_tracker.table.items import (
     JOIN_ROW_KEY,
-    ChunkItem,
-    DependencyError,
-    JoinItem,
     MembershipItem,
-    PayloadState,
-    ProcessPayload,
     Resolution,
     WaiterItem,
     join_partition_for,
     membership_id_for,
-    utcnow,
     waiter_id_for,
 )
-from dependency_tracker.stores.dependency_table import MAX_REFUSAL_CAUSE_CHARS
-from dependency_tracker.stores.joins import JoinStore, Registration
-from dependency_tracker.stores.wait_edges import WaitEdges
+from dependency_tracker.table.join_items import ChunkItem, JoinItem
+from dependency_tracker.table.keys import partition_key
+from dependency_tracker_local.strict import strict_limits
 from tests.conftest import DEPENDENCY_TABLE, STATE_TABLE, Aws
 
 

@@ -10,10 +10,14 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from dependency_tracker.errors import InvalidMessageError
-from dependency_tracker.models.enums import DependencyError
-from dependency_tracker.stores import ManifestReader, ManifestSlice, manifest_text
-from dependency_tracker.stores.manifest import BLOCK_BYTES
+from dependency_tracker.core.enums import DependencyError
+from dependency_tracker.core.errors import InvalidMessageError
+from dependency_tracker.joins.manifest import (
+    BLOCK_BYTES,
+    ManifestReader,
+    ManifestSlice,
+    manifest_text,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dependency_tracker.errors import InvalidMessageError
+from dependency_tracker.core.errors import InvalidMessageError
 
 if TYPE_CHECKING:
     from tests.conftest import Aws

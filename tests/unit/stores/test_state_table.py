@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dependency_tracker.errors import TransitionConflictError
-from dependency_tracker.models import PayloadState, ProcessPayload
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.core.errors import TransitionConflictError
+from dependency_tracker.payloads.model import ProcessPayload
 from tests.conftest import Aws, payload
 
 

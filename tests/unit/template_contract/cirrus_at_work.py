@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from dependency_tracker.models import ProcessPayload
-from dependency_tracker.models.cirrus import cirrus_key
+from dependency_tracker.cirrus.models import cirrus_key
+from dependency_tracker.payloads.model import ProcessPayload
 from tests.conftest import payload, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from dependency_tracker.local.cirrus import CirrusDeployment
+    from dependency_tracker_local.cirrus import CirrusDeployment
     from tests.unit.template_contract.deployment import Deployment
 
 CIRRUS_WORKFLOW = "cog"

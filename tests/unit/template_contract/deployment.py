@@ -18,11 +18,12 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from dependency_tracker import app, clients, settings
-from dependency_tracker.local.cirrus import CirrusDeployment
-from dependency_tracker.local.context import LocalContext
-from dependency_tracker.local.pumps import ExecutionPump, SqsPump, StreamPump
-from dependency_tracker.stores import schema as table_schema
+from dependency_tracker import app
+from dependency_tracker.core import clients, settings
+from dependency_tracker.table import schema as table_schema
+from dependency_tracker_local.cirrus import CirrusDeployment
+from dependency_tracker_local.context import LocalContext
+from dependency_tracker_local.pumps import ExecutionPump, SqsPump, StreamPump
 from tests.conftest import wait_until
 from tests.unit.template_contract.cfn import ACCOUNT, REGION, Stack
 from tests.unit.template_contract.functions import (

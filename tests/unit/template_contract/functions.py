@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from dependency_tracker import settings
+from dependency_tracker.core import settings
 from dependency_tracker.handlers import callback, cirrus_events, process, sweeper, update_state
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dependency_tracker import definitions
+from dependency_tracker_local import definitions
 from tests.unit.template_contract.cfn import LOG_DELIVERY_ACTIONS, ROOT, Stack
 
 STATE_MACHINE = "AWS::Serverless::StateMachine"

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from dependency_tracker import settings
-from dependency_tracker.flows.cirrus import CirrusAction, CirrusEvents
-from dependency_tracker.local import EmbeddedStack
-from dependency_tracker.models.cirrus import WorkflowEvent, WorkflowEventType
-from dependency_tracker.stores.cirrus import forwarded_prefix
+from dependency_tracker.cirrus.flow import CirrusAction, CirrusEvents
+from dependency_tracker.cirrus.models import WorkflowEvent, WorkflowEventType
+from dependency_tracker.cirrus.store import forwarded_prefix
+from dependency_tracker.core import settings
+from dependency_tracker_local import EmbeddedStack
 from tests.unit.template_contract import iam, markdown
 from tests.unit.template_contract import rules as template_rules
 from tests.unit.template_contract.cfn import (
@@ -801,7 +801,7 @@ def test_cirrus_mode_adds_exactly_the_cirrus_grants(
 
 
 def test_the_forwarding_grant_is_the_key_prefix_the_code_writes(template: dict[str, Any]) -> None:
-    # dependency_tracker.stores.cirrus.CirrusQueue puts an oversized payload at
+    # dependency_tracker.cirrus.store.CirrusQueue puts an oversized payload at
     # s3://{cirrus bucket}/{forwarded_prefix(root)}/{sha256}.json
     stack = Stack(template, CIRRUS)
     names = cirrus_names(stack)

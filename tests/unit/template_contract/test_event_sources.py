@@ -6,8 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker import settings
-from dependency_tracker.filters import CALLBACK_STREAM_FILTER, matches, update_state_event_pattern
+from dependency_tracker.core import settings
+from dependency_tracker_local.filters import (
+    CALLBACK_STREAM_FILTER,
+    matches,
+    update_state_event_pattern,
+)
 from tests.conftest import load_event
 from tests.unit.template_contract.cfn import ACCOUNT, Stack
 from tests.unit.template_contract.functions import environment, event_properties, stream_filter

@@ -19,7 +19,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from dependency_tracker import observability, settings
+from dependency_tracker.core import observability, settings
 from tests.artifact.pins import installed_closure
 from tests.unit.template_contract.cfn import REGION, ROOT, TEMPLATE_PATH, Stack
 from tests.unit.template_contract.functions import (

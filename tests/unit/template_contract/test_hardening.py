@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker import settings
-from dependency_tracker.errors import ConfigurationError
-from dependency_tracker.filters import CALLBACK_STREAM_FILTER
-from dependency_tracker.stores import schema as table_schema
+from dependency_tracker.core import settings
+from dependency_tracker.core.errors import ConfigurationError
+from dependency_tracker.table import schema as table_schema
+from dependency_tracker_local.filters import CALLBACK_STREAM_FILTER
 from tests.unit.template_contract import iam, markdown
 from tests.unit.template_contract.cfn import ACCOUNT, REGION, ROOT, Stack
 from tests.unit.template_contract.parameters import ALARM_KEY, EVERYTHING_ON, OTHER_STACK

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker import clients, settings
-from dependency_tracker.local.events import status_change_event
-from dependency_tracker.local.pumps import scheduled_event
-from dependency_tracker.models import PayloadState, ProcessPayload
-from dependency_tracker.stores import StateTable
-from dependency_tracker.stores.sweeps import CURSOR_KEY, SweepCursor
+from dependency_tracker.core import clients, settings
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker.payloads.state_table import StateTable
+from dependency_tracker.sweeper.store import CURSOR_KEY, SweepCursor
+from dependency_tracker_local.events import status_change_event
+from dependency_tracker_local.pumps import scheduled_event
 from tests.conftest import payload
 from tests.unit.handlers.conftest import sqs_event
 from tests.unit.template_contract.cfn import ACCOUNT, REGION

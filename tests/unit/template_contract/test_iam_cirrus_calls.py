@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dependency_tracker import clients
-from dependency_tracker.local.pumps import scheduled_event
+from dependency_tracker.core import clients
+from dependency_tracker_local.pumps import scheduled_event
 from tests.unit.handlers.conftest import sqs_event
 from tests.unit.template_contract.cfn import ACCOUNT, REGION, Stack
 from tests.unit.template_contract.cirrus_at_work import (

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from dependency_tracker import limits, settings
-from dependency_tracker.stores import schema as table_schema
+from dependency_tracker.core import limits, settings
+from dependency_tracker.table import schema as table_schema
 from tests.unit.template_contract import markdown
 from tests.unit.template_contract import rules as template_rules
 from tests.unit.template_contract.cfn import ROOT, Stack, referenced_ids

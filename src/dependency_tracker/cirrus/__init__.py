@@ -1,0 +1,1 @@
+"""Cirrus mode: a cirrus-geo v2 deployment runs the payloads, the tracker keeps the waits."""

@@ -1,1 +1,0 @@
-"""One module per command; :mod:`dependency_tracker.cli.__main__` assembles them."""

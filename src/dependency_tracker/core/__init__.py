@@ -1,0 +1,1 @@
+"""Shared ground: settings, errors, limits, naming, tokens, clients, observability."""

@@ -1,0 +1,1 @@
+"""Dependency cycles: wait edges and the guard that refuses a closing wait."""

@@ -1,0 +1,46 @@
+"""The summary a decided join sends its parent: counts always, member lists while they fit."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from dependency_tracker.core.text import clip
+from dependency_tracker.joins.outputs import JoinSummary
+
+if TYPE_CHECKING:
+    from dependency_tracker.joins.store import JoinStore
+    from dependency_tracker.table.join_items import JoinItem
+
+# Error names kept per failed member in a summary; real ones are far shorter
+# ("States.TaskFailed", "cirrus.lib.errors.InvalidInput"), and an Express status
+# report may carry any text.
+MAX_MEMBER_ERROR_CHARS = 64
+
+
+def read_summary(joins: JoinStore, join: JoinItem) -> JoinSummary:
+    """The join's full summary: counts and lists from one read of its membership rows.
+
+    Reads every chunk row and membership row once (one ``BatchGetItem`` per 100
+    members); the callback flow then sends it inline or stores it.
+    """
+    # Not the count shards: read apart from the rows, a member ending in between
+    # lands in one and not the other. The rows are also the fresher record (a row
+    # turns terminal before it is counted), so every outcome the decision counted
+    # is in the summary, and it never contradicts the decision.
+    members, duplicates = joins.members(join.join_id)
+    members = [
+        member.model_copy(update={"error": clip(member.error, MAX_MEMBER_ERROR_CHARS)})
+        if member.error
+        else member
+        for member in members
+    ]
+    return JoinSummary.from_members(join, members, duplicates)
+
+
+def invalid_join_cause(join: JoinItem) -> str:
+    """The cause of an ``InvalidJoin`` decided after registration began (a bad manifest chunk)."""
+    return json.dumps(
+        {"join_id": join.join_id, "reason": join.cause, "registered": join.registered},
+        separators=(",", ":"),
+    )

@@ -1,0 +1,248 @@
+"""The runs of payloads: start one per attempt, and settle what a lease finds.
+
+The process flow (waits/process.py) decides *whether* a payload runs; this
+module holds *how*: the execution input, the start under a name derived from
+the payload id and attempt, and what to do when an attempt's lease runs out
+with no final state (record an ended run as update-state would, or start a
+new attempt). Standard starts are idempotent by name; Express starts are not,
+and Express runs cannot be described, so they are never started twice for an
+attempt nor asked about.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING
+
+from aws_lambda_powertools.metrics import MetricUnit
+from botocore.exceptions import ClientError
+
+from dependency_tracker.core import naming
+from dependency_tracker.core.enums import PayloadState, utcnow
+from dependency_tracker.core.errors import (
+    InvalidMessageError,
+    TransitionConflictError,
+    UnknownWorkflowError,
+)
+from dependency_tracker.core.observability import logger, metrics
+from dependency_tracker.payloads.actions import ProcessAction
+from dependency_tracker.payloads.update_state import UpdateAction, UpdateStateFlow
+
+if TYPE_CHECKING:
+    from mypy_boto3_stepfunctions import SFNClient
+
+    from dependency_tracker.core.settings import Settings
+    from dependency_tracker.payloads.bucket import PayloadBucket
+    from dependency_tracker.payloads.model import ProcessPayload
+    from dependency_tracker.payloads.state_table import StateTable
+    from dependency_tracker.table.items import PayloadStateItem
+
+# DescribeExecution statuses of a run that may still end on its own.
+LIVE_STATUSES = frozenset({"RUNNING", "PENDING_REDRIVE"})
+# An Express run stops after five minutes at most; its report then crosses the status-report
+# queue. Past this, an Express attempt without a final state lost its report (or never
+# started): a new attempt runs.
+EXPRESS_LEASE_SECONDS = 600
+# Step Functions takes 256 KiB of input; leave room for the envelope.
+MAX_INLINE_INPUT_BYTES = 250_000
+# An Express run reports its own end with its input as an escaped JSON string (JSON escaping
+# at most doubles it) in one SQS message of 256 KiB: inputs past this go by pointer.
+MAX_EXPRESS_INLINE_INPUT_BYTES = 100_000
+LARGE_INPUT_PREFIX = "payloads"
+
+
+def lease_seconds(claim_lease_seconds: int, *, express: bool) -> int:
+    """The lease of an attempt: the claim lease, at most EXPRESS_LEASE_SECONDS for Express."""
+    return min(claim_lease_seconds, EXPRESS_LEASE_SECONDS) if express else claim_lease_seconds
+
+
+class Runs:
+    """Starts payload runs and settles attempts whose lease ran out."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        states: StateTable,
+        sfn: SFNClient,
+        bucket: PayloadBucket,
+        recorder: UpdateStateFlow,
+    ) -> None:
+        self.settings = settings
+        self.states = states
+        self._sfn = sfn
+        self._bucket = bucket
+        # A takeover that finds the run ended records it as update-state would.
+        self.recorder = recorder
+        self._express: dict[str, bool] = {}
+
+    def lease_expired(self, payload: ProcessPayload, seen: PayloadStateItem) -> bool:
+        """Whether a live attempt has gone without a final state for longer than its lease."""
+        if seen.state.is_terminal or seen.claimed_at is None:
+            return False
+        lease = lease_seconds(
+            self.settings.claim_lease_seconds, express=self.is_express(payload.workflow, seen)
+        )
+        age = utcnow() - seen.claimed_at
+        return age.total_seconds() > lease
+
+    def is_express(self, workflow: str, seen: PayloadStateItem | None) -> bool:
+        """Whether the workflow's runs are Express (not idempotent, not describable).
+
+        The recorded run's ARN says so; a claim that has not started yet asks
+        ``DescribeStateMachine`` once per workflow for this Lambda environment.
+        """
+        if seen is not None and seen.execution_arn is not None:
+            return naming.is_express_arn(seen.execution_arn)
+        express = self._express.get(workflow)
+        if express is None:
+            try:
+                described = self._sfn.describe_state_machine(
+                    stateMachineArn=self.settings.state_machine_arn(workflow)
+                )
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") == "StateMachineDoesNotExist":
+                    return False  # starting it reports the unknown workflow
+                raise
+            express = self._express[workflow] = described.get("type") == "EXPRESS"
+        return express
+
+    def after_lease(
+        self, payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
+    ) -> ProcessAction | None:
+        """The lease ran out and no final state came: find out what became of the run.
+
+        None while the run lives, or when it never started (the ``CLAIMED`` path
+        then starts it under its deterministic name).
+
+        Raises:
+            TransitionConflictError: A newer report landed meanwhile (read again).
+        """
+        arn = self._attempt_arn(payload, seen)
+        if arn is None:
+            # An Express run lasts at most five minutes and cannot be described: past
+            # the lease it is over and its report was lost. A new attempt has a new
+            # name, so it never runs the lost attempt twice.
+            return self.take_over(payload, message_id, seen)
+        try:
+            described = dict(self._sfn.describe_execution(executionArn=arn))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ExecutionDoesNotExist":
+                raise
+            if seen.state is PayloadState.CLAIMED:
+                return None  # never started: start it under the same name
+            # Recorded as started, yet gone (its history expired): nothing to wait for.
+            return self.take_over(payload, message_id, seen)
+        status = str(described["status"])
+        logger.info("lease expired", extra={"execution_arn": arn, "status": status})
+        if status in LIVE_STATUSES:
+            return None
+        # It ended, and its status has not reached update-state: lost, or still being
+        # retried by EventBridge (for up to 24 hours). Record it exactly as update-state
+        # would; starting again would run a payload that may have succeeded.
+        recorded = self.recorder.record_described(described)
+        if recorded in (UpdateAction.RECORDED, UpdateAction.REPEATED):
+            return ProcessAction.RECOVERED
+        if recorded is UpdateAction.STALE:
+            raise TransitionConflictError(f"{payload.id}: a newer run was recorded")
+        # Its input is no payload of ours (cannot happen for runs we started): run again.
+        return self.take_over(payload, message_id, seen)
+
+    def take_over(
+        self, payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
+    ) -> ProcessAction:
+        """Claim the attempt after ``seen`` (conditionally: once) and start it."""
+        claimed = self.states.claim(payload, seen, message_id=message_id)
+        self.start(payload, claimed.attempt)
+        return ProcessAction.TOOK_OVER
+
+    def _attempt_arn(self, payload: ProcessPayload, seen: PayloadStateItem) -> str | None:
+        """The current attempt's execution, derived from its name; None for an Express run.
+
+        Derived, not read from the item: an item may still name an older run.
+        """
+        if self.is_express(payload.workflow, seen):
+            return None
+        return naming.execution_arn(
+            self.settings.state_machine_arn(payload.workflow),
+            naming.execution_name(payload.id, seen.attempt),
+        )
+
+    def check_startable(self, payload: ProcessPayload, task_token: str | None) -> None:
+        """Refuse, before anything is written, a payload no execution could take."""
+        if self._bucket.writable:
+            return
+        try:
+            size = len(payload.execution_input().encode("utf-8"))
+        except InvalidMessageError as exc:
+            exc.task_token = exc.task_token or task_token
+            raise
+        # The Express limit too: past it, the start after the claim would fail with
+        # nobody to tell.
+        limit = self._inline_limit(payload, size)
+        if size > limit:
+            raise InvalidMessageError(
+                f"payload {payload.id} exceeds the {limit}-byte execution "
+                "input limit and no payload bucket is configured",
+                task_token=task_token,
+                payload_id=payload.id,
+            )
+
+    def _inline_limit(self, payload: ProcessPayload, size: int) -> int:
+        """The largest execution input of ``payload`` that may go inline."""
+        # Only a size between the two limits needs the workflow's type (a cached
+        # DescribeStateMachine): nearly every start skips the question.
+        if size > MAX_EXPRESS_INLINE_INPUT_BYTES and self.is_express(payload.workflow, None):
+            return MAX_EXPRESS_INLINE_INPUT_BYTES
+        return MAX_INLINE_INPUT_BYTES
+
+    def input(self, payload: ProcessPayload, attempt: int) -> str:
+        """The execution input: the payload, or an S3 pointer when it is too large.
+
+        The pointer's key is derived from the payload id and attempt, so a
+        retried start sends the same input (StartExecution stays idempotent).
+        """
+        text = payload.execution_input()
+        size = len(text.encode("utf-8"))
+        limit = self._inline_limit(payload, size)
+        if size <= limit:
+            return text
+        if not self._bucket.writable:
+            raise InvalidMessageError(
+                f"payload {payload.id} exceeds the {limit}-byte execution "
+                "input limit and no payload bucket is configured"
+            )
+        digest = hashlib.sha256(payload.id.encode("utf-8")).hexdigest()
+        url = self._bucket.write(f"{LARGE_INPUT_PREFIX}/{digest}/{attempt}.json", text)
+        logger.info("large payload passed by reference", extra={"url": url})
+        return json.dumps({"url": url})
+
+    def start(self, payload: ProcessPayload, attempt: int) -> None:
+        """Start ``attempt`` of ``payload`` under its derived name and record it as running.
+
+        Raises:
+            UnknownWorkflowError: No state machine for the workflow (retryable).
+        """
+        state_machine_arn = self.settings.state_machine_arn(payload.workflow)
+        name = naming.execution_name(payload.id, attempt)
+        try:
+            response = self._sfn.start_execution(
+                stateMachineArn=state_machine_arn, name=name, input=self.input(payload, attempt)
+            )
+            execution_arn = response["executionArn"]
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code == "ExecutionAlreadyExists":
+                execution_arn = naming.execution_arn(state_machine_arn, name)
+            elif code == "StateMachineDoesNotExist":
+                metrics.add_metric(name="UnknownWorkflow", unit=MetricUnit.Count, value=1)
+                raise UnknownWorkflowError(payload.workflow, state_machine_arn) from exc
+            else:
+                raise
+        logger.info("execution started", extra={"execution_arn": execution_arn, "attempt": attempt})
+        try:
+            self.states.set_processing(payload.id, attempt, execution_arn)
+        except TransitionConflictError:
+            # Another invocation recorded it, or it already finished: both fine.
+            logger.info("execution already recorded", extra={"execution_arn": execution_arn})

@@ -1,0 +1,1 @@
+"""The sweeper: a bounded scan that sends what the stream missed."""

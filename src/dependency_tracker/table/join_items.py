@@ -1,0 +1,199 @@
+"""A join's rows in the dependency table: its header, count shards and registration chunks.
+
+A join is one task token waiting on k of n member payloads. Its rows keep a
+constant size whatever n is:
+
+* the **join row** (``join#<join_id>`` / ``join``): the token, the quorum, how
+  many members are registered, and the decision once made;
+* **count shards** (``join#<join_id>#counts#<k>`` / ``counts``,
+  :data:`JOIN_COUNT_SHARDS` of them, each its own partition): how many members
+  succeeded and failed, added to once per member in the same transaction that
+  marks the member's membership row counted;
+* **chunk rows** (``join#<join_id>`` / ``chunk#<index>``): written once per
+  registered chunk of at most ``join_chunk_size`` members, naming them; with the
+  membership rows (one per member, under the member's own partition) they are
+  the record of who belongs and how each ended.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import Self
+
+from pydantic import BaseModel, Field
+
+from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.table.items import (
+    JOIN_PARTITION_PREFIX,
+    JOIN_ROW_KEY,
+    DependencyRow,
+    TableItem,
+)
+from dependency_tracker.table.keys import partition_key
+
+# Count shards per join. Counting a member is a transaction of two items (its
+# membership row and one shard), 2 write units per item on AWS; a partition takes
+# 1,000 write units a second, so one shard counts 500 members a second and four
+# count 2,000 (docs/performance.md, "Joins at scale").
+JOIN_COUNT_SHARDS = 4
+COUNT_SHARD_KEY = "counts"
+CHUNK_KEY_PREFIX = "chunk#"
+
+
+def count_partition_for(join_id: str, shard: int) -> str:
+    """Partition key of one of a join's count shards."""
+    return f"{JOIN_PARTITION_PREFIX}{join_id}#counts#{shard}"
+
+
+def shard_of(member: str) -> int:
+    """The count shard a member's outcome is added to (stable, spread by hash)."""
+    digest = hashlib.sha256(partition_key(member).encode("utf-8")).digest()
+    return int.from_bytes(digest[:4], "big") % JOIN_COUNT_SHARDS
+
+
+def chunk_id_for(index: int) -> str:
+    """Sort key of a join's registration chunk (zero-padded: they sort in order)."""
+    return f"{CHUNK_KEY_PREFIX}{index:08d}"
+
+
+class JoinCounts(BaseModel):
+    """How many members of a join succeeded, failed and are pending."""
+
+    succeeded: int
+    failed: int
+    pending: int
+
+
+class JoinItem(DependencyRow):
+    """One task token waiting on k of n payloads: the join's own row, of constant size.
+
+    ``total`` is known once every member is registered (at once for an inline
+    list of payloads, after the manifest's last chunk otherwise); until then a
+    decision is taken only where it cannot depend on members not read yet.
+    """
+
+    join_id: str
+    task_token: str
+    quorum: int | None = None  # k; None: every member must succeed
+    total: int | None = None  # distinct members, once all are registered
+    registered: int = 0  # distinct members registered so far
+    chunks: int | None = None  # chunks of the member list, once its end was read
+    registered_chunks: int = 0
+    duplicates: int = 0  # entries naming a member listed before
+    source: str | None = None  # where the members are read from (a manifest url)
+    source_etag: str | None = None  # the version of ``source`` the join reads, and only it
+    source_version: str | None = None
+    winner: str | None = None
+    parent_execution: str | None = None
+    waiter_payload_id: str | None = None
+    cycle: list[str] | None = None  # set when the join was refused with DependencyCycle
+
+    @property
+    def known_total(self) -> int | None:
+        """n, once every chunk is registered; None while members are still being read."""
+        if self.total is not None:
+            return self.total
+        if self.chunks is not None and self.registered_chunks >= self.chunks:
+            return self.registered
+        return None
+
+    @property
+    def needed(self) -> int | None:
+        """k, when known: the quorum given, or n for an all-of join once n is known."""
+        return self.quorum if self.quorum is not None else self.known_total
+
+    def decision(
+        self, succeeded: int, failed: int
+    ) -> tuple[PayloadState, DependencyError | None] | None:
+        """Whether the join is decided by these counts, and how.
+
+        Only what no later member can change: ``k`` successes (``k`` given, or
+        ``n`` known); one failure of an all-of join; more than ``n - k``
+        failures once ``n`` is known; a quorum over ``n`` (``InvalidJoin``).
+        """
+        total, needed = self.known_total, self.needed
+        if total is not None and needed is not None and needed > total:
+            return PayloadState.FAILED, DependencyError.INVALID_JOIN
+        if needed is not None and succeeded >= needed:
+            return PayloadState.SUCCEEDED, None
+        if self.quorum is None and failed > 0:
+            return PayloadState.FAILED, DependencyError.QUORUM_UNREACHABLE
+        if total is not None and needed is not None and failed > total - needed:
+            return PayloadState.FAILED, DependencyError.QUORUM_UNREACHABLE
+        return None
+
+    def counts(self, succeeded: int, failed: int) -> JoinCounts:
+        """Counts with ``pending`` = registered (or n) minus those that ended."""
+        base = self.known_total if self.known_total is not None else self.registered
+        return JoinCounts(
+            succeeded=succeeded, failed=failed, pending=max(0, base - succeeded - failed)
+        )
+
+
+class CountShardItem(TableItem):
+    """One of a join's count shards: members of the join that ended, by outcome."""
+
+    payload_id: str  # count_partition_for(join_id, shard)
+    waiter_id: str = COUNT_SHARD_KEY
+    join_id: str | None = None
+    succeeded: int = 0
+    failed: int = 0
+
+
+class ChunkItem(TableItem):
+    """A chunk of a join's members: listed before they are registered, recorded once after.
+
+    ``members`` are the partition keys of the chunk's distinct members in
+    manifest order, written before any of them is registered (a member another
+    chunk registered first may appear in both; readers keep the first listing);
+    with the join id they name the membership rows. ``recorded`` is set, once,
+    in the transaction that adds the chunk's members to the join's counts.
+    """
+
+    payload_id: str  # join_partition_for(join_id)
+    waiter_id: str  # chunk_id_for(index)
+    join_id: str
+    index: int
+    members: list[str] = Field(default_factory=list)
+    duplicates: list[str] = Field(default_factory=list)  # key forms too
+    recorded: bool = False  # its members are counted on the join row
+    created_at: datetime
+
+    @classmethod
+    def of(
+        cls, join_id: str, index: int, members: list[str], duplicates: list[str], now: datetime
+    ) -> Self:
+        """The chunk row for ``members`` (whole ids; stored in their key form)."""
+        return cls(
+            payload_id=f"{JOIN_PARTITION_PREFIX}{join_id}",
+            waiter_id=chunk_id_for(index),
+            join_id=join_id,
+            index=index,
+            members=[partition_key(member) for member in members],
+            duplicates=[partition_key(member) for member in duplicates],
+            created_at=now,
+        )
+
+
+def is_join_bookkeeping(item: dict[str, object]) -> bool:
+    """True for a count shard or chunk row (attribute-value map or plain image)."""
+    key = item.get("waiter_id")
+    text = key.get("S") if isinstance(key, dict) else key
+    return isinstance(text, str) and (text == COUNT_SHARD_KEY or text.startswith(CHUNK_KEY_PREFIX))
+
+
+__all__ = [
+    "CHUNK_KEY_PREFIX",
+    "COUNT_SHARD_KEY",
+    "JOIN_COUNT_SHARDS",
+    "JOIN_ROW_KEY",
+    "ChunkItem",
+    "CountShardItem",
+    "JoinCounts",
+    "JoinItem",
+    "chunk_id_for",
+    "count_partition_for",
+    "is_join_bookkeeping",
+    "shard_of",
+]

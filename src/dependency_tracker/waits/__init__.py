@@ -1,0 +1,1 @@
+"""Waits: process-queue messages, the process and callback flows, outputs."""

@@ -1,0 +1,487 @@
+"""``dependency-tracker publish``: validate messages and send them to the process queue.
+
+With ``--manifest`` it sends nothing: it builds a join manifest, uploads it to
+the payload bucket and prints its ``s3://`` url.
+"""
+
+# No ``from __future__ import annotations``: Typer reads these annotations at runtime.
+
+import hashlib
+import json
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlparse
+
+import typer
+from pydantic import ValidationError
+
+from dependency_tracker.core import settings
+from dependency_tracker.core.errors import InvalidMessageError, UnknownWorkflowError
+from dependency_tracker.joins.manifest import manifest_text
+from dependency_tracker.joins.messages import JoinMessage
+from dependency_tracker.payloads.bucket import MAX_PAYLOAD_BYTES
+from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker.table.items import PayloadStateItem
+from dependency_tracker.waits.messages import ProcessMessage, WaitMessage, read_message
+from dependency_tracker_cli import render
+from dependency_tracker_cli.options import Json, aws_command, fail
+from dependency_tracker_cli.target import Target, is_loopback
+from dependency_tracker_cli.views import payload_json, payload_table
+
+# SQS limits: a message, and a SendMessageBatch request (10 entries).
+MAX_MESSAGE_BYTES = 256 * 1024
+_BATCH_ENTRIES = 10
+# Manifests go to the payload bucket under a name made of their content.
+MANIFEST_PREFIX = "manifests/"
+_MANIFEST_CONTENT_TYPE = "application/x-ndjson"
+# How many duplicate ids the human output names.
+_SHOWN_DUPLICATES = 10
+
+
+@dataclass
+class Publication:
+    """One message to send: where it came from and what it carries."""
+
+    source: str
+    body: str
+    kind: str
+    payloads: list[ProcessPayload] = field(default_factory=list)  # what it submits
+    waits_for: list[str] = field(default_factory=list)  # ``wait_for`` references
+    join_id: str | None = None
+    message_id: str | None = None
+
+    @property
+    def payload_ids(self) -> list[str]:
+        """Ids of the payloads the message is about."""
+        return [payload.id for payload in self.payloads] + self.waits_for
+
+    def reruns(self, payload_id: str) -> bool:
+        """True when this message makes a finished ``payload_id`` run again."""
+        return any(payload.replace for payload in self.payloads if payload.id == payload_id)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON view."""
+        return {
+            "source": self.source,
+            "kind": self.kind,
+            "payload_ids": self.payload_ids,
+            "join_id": self.join_id,
+            "message_id": self.message_id,
+        }
+
+
+@aws_command
+def publish(
+    target: Target,
+    *,
+    sources: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="FILE|-...",
+            help="JSON files (- for stdin): a payload, {payload, callback}, {url}, a join, "
+            "or a JSON array of those.",
+            show_default=False,
+        ),
+    ] = None,
+    manifest: Annotated[
+        Path | None,
+        typer.Option(
+            "--manifest",
+            exists=True,
+            readable=True,
+            help="Instead of sending messages: upload a join manifest built from PATH (a "
+            "directory of *.json payloads or {url} files, or a JSON Lines file) to the "
+            "payload bucket and print its s3:// url.",
+            metavar="PATH",
+            show_default=False,
+        ),
+    ] = None,
+    bucket: Annotated[
+        str | None,
+        typer.Option(
+            "--bucket",
+            envvar=settings.ENV_PAYLOAD_BUCKET,
+            help="With --manifest: the bucket to upload to (default: the stack's payload bucket).",
+            show_default=False,
+        ),
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Show progress until every payload is terminal.")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option(min=0, help="With --wait: give up after this many seconds.")
+    ] = 900,
+    poll: Annotated[float, typer.Option(min=0.05, hidden=True)] = 0.5,
+    check_workflows: Annotated[
+        bool,
+        typer.Option(help="Refuse payloads whose workflow has no {prefix}-{workflow} machine."),
+    ] = True,
+    json_output: Json = False,
+) -> None:
+    """Validate messages and send them to the process queue.
+
+    Everything is validated before anything is sent; a FILE that does not exist
+    exits 2, an invalid message exits 3 with the reason. With --wait, exits 1
+    unless every payload succeeded.
+    With --manifest PATH, nothing is sent: the manifest is uploaded and its url
+    printed, for a join's payloads_url or wait-for-join's dependencies_url.
+
+    Examples:
+      dependency-tracker publish payload.json --wait
+      dependency-tracker publish a.json b.json --endpoint-url http://127.0.0.1:4600
+      cat payloads.json | dependency-tracker publish - --json
+      dependency-tracker publish --manifest members/
+    """
+    if manifest is not None:
+        if sources or wait:
+            fail("--manifest takes no FILE arguments and no --wait", 2)
+        _publish_manifest(
+            target,
+            manifest,
+            bucket=bucket,
+            check_workflows=check_workflows,
+            json_output=json_output,
+        )
+        return
+    if not sources:
+        fail("nothing to publish: give FILE|- ... or --manifest PATH", 2)
+    publications = [
+        _validate(target, source, index, document)
+        for source in sources
+        for index, document in _documents(source)
+    ]
+    if check_workflows:
+        _check_workflows(target, publications)
+    # With --wait: what the payloads were before, to tell a new end from an old one.
+    before = target.states.batch_get(_ids(publications)) if wait else {}
+    _send(target, publications)
+    rows: list[tuple[str, PayloadStateItem | None]] = []
+    running: list[str] = []
+    if wait:
+        rows, running = _wait(target, publications, before, timeout=timeout, poll=poll)
+    _show(publications, rows, wait=wait, json_output=json_output)
+    if running:
+        fail(f"timed out after {timeout:g} s; not finished: {', '.join(running)}")
+    failed = [f"{pid} ({item.state})" for pid, item in rows if item and not item.state.is_success]
+    if failed:
+        fail(f"{len(failed)} of {len(rows)} payload(s) did not succeed: {', '.join(failed)}")
+
+
+def _documents(source: str) -> list[tuple[int | None, Any]]:
+    """The JSON documents in a source: one object, or each element of an array."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        # A wrong path is a usage error, not a message the tracker would refuse.
+        fail(f"{source}: no such file", 2)
+    except OSError as exc:
+        fail(f"{source}: cannot read: {exc.strerror or exc}", 2)
+    except UnicodeDecodeError as exc:
+        raise InvalidMessageError(f"{source}: not UTF-8 text") from exc
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidMessageError(f"{source}: not valid JSON: {exc}") from exc
+    if isinstance(document, list):
+        if not document:
+            raise InvalidMessageError(f"{source}: empty JSON array")
+        return list(enumerate(document))
+    return [(None, document)]
+
+
+def _validate(target: Target, source: str, index: int | None, document: Any) -> Publication:
+    name = "stdin" if source == "-" else source
+    where = name if index is None else f"{name}[{index}]"
+    body = json.dumps(document, separators=(",", ":"))
+    try:
+        message = read_message(body, load_url=target.bucket.read_url)
+    except InvalidMessageError as exc:
+        raise InvalidMessageError(f"{where}: {exc.reason}") from exc
+    size = len(body.encode("utf-8"))
+    if size > MAX_MESSAGE_BYTES:
+        reason = (
+            f"{where}: {size} bytes, SQS takes at most {MAX_MESSAGE_BYTES}: "
+            'store the payload in S3 and publish {"url": "s3://..."}'
+        )
+        raise InvalidMessageError(reason)
+    if isinstance(message, JoinMessage):
+        return Publication(where, body, "join", message.payloads, join_id=message.join_id)
+    if isinstance(message, ProcessMessage):
+        return Publication(where, body, "payload", [message.payload])
+    if isinstance(message, WaitMessage):
+        return Publication(where, body, "wait", waits_for=[message.payload_id])
+    # The tracker's own messages (a join's registration chunks) are not published by hand.
+    raise InvalidMessageError(f"{where}: the tracker's own message, not one to publish")
+
+
+def _check_workflows(target: Target, publications: list[Publication]) -> None:
+    machines = target.state_machine_names()
+    for publication in publications:
+        for payload in publication.payloads:
+            name = f"{target.prefix}-{payload.workflow}"
+            if name not in machines:
+                raise UnknownWorkflowError(payload.workflow, name)
+
+
+def _send(target: Target, publications: list[Publication]) -> None:
+    sqs = target.client("sqs")
+    queue_url = target.process_queue_url
+    with render.progress() as bar:
+        task = bar.add_task("sending", total=len(publications))
+        for batch in _batches(publications):
+            response = sqs.send_message_batch(
+                QueueUrl=queue_url,
+                Entries=[{"Id": str(i), "MessageBody": p.body} for i, p in enumerate(batch)],
+            )
+            for sent in response.get("Successful", []):
+                batch[int(sent["Id"])].message_id = sent["MessageId"]
+            for failure in response.get("Failed", []):
+                where = batch[int(failure["Id"])].source
+                fail(f"SendMessageBatch: {where}: {failure.get('Code')}: {failure.get('Message')}")
+            bar.advance(task, len(batch))
+
+
+def _batches(publications: list[Publication]) -> list[list[Publication]]:
+    """Groups of at most 10 messages and 256 KiB, as SendMessageBatch requires."""
+    batches: list[list[Publication]] = []
+    size = 0
+    for publication in publications:
+        length = len(publication.body.encode("utf-8"))
+        if not batches or len(batches[-1]) == _BATCH_ENTRIES or size + length > MAX_MESSAGE_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(publication)
+        size += length
+    return batches
+
+
+def _ids(publications: list[Publication]) -> list[str]:
+    """Every payload id the messages name, once each, in order."""
+    return list(dict.fromkeys(pid for p in publications for pid in p.payload_ids))
+
+
+def _wait(
+    target: Target,
+    publications: list[Publication],
+    before: dict[str, PayloadStateItem],
+    *,
+    timeout: float,
+    poll: float,
+) -> tuple[list[tuple[str, PayloadStateItem | None]], list[str]]:
+    """Poll the state table until every payload ended; returns rows and the unfinished ids."""
+    expected = {
+        pid: (before.get(pid), any(p.reruns(pid) for p in publications))
+        for pid in _ids(publications)
+    }
+    deadline = time.monotonic() + timeout
+    with render.progress() as bar:
+        task = bar.add_task("waiting", total=len(expected))
+        while True:
+            items = target.states.batch_get(expected)
+            running = [
+                pid
+                for pid, (old, replace) in expected.items()
+                if not _new_end(items.get(pid), old, replace)
+            ]
+            done = len(expected) - len(running)
+            bar.update(task, completed=done, description=f"waiting ({len(running)} running)")
+            if not running or time.monotonic() >= deadline:
+                return [(pid, items.get(pid)) for pid in expected], running
+            time.sleep(poll)
+
+
+def _new_end(item: PayloadStateItem | None, old: PayloadStateItem | None, replace: bool) -> bool:
+    """True once ``item`` is the end of this submission, not a state from before it."""
+    if item is None or not item.state.is_terminal:
+        return False
+    if old is None:
+        return True
+    if item.updated_at != old.updated_at:
+        return True
+    # Unchanged and terminal: a replay, unless this submission runs it again.
+    return not (old.state.reruns or replace)
+
+
+def _show(
+    publications: list[Publication],
+    rows: list[tuple[str, PayloadStateItem | None]],
+    *,
+    wait: bool,
+    json_output: bool,
+) -> None:
+    if json_output:
+        data: dict[str, Any] = {"published": [p.to_json() for p in publications]}
+        if wait:
+            data["payloads"] = [payload_json(pid, item) for pid, item in rows]
+        render.emit_json(data)
+        return
+    console = render.stdout()
+    for publication in publications:
+        what = ", ".join(publication.payload_ids)
+        if publication.join_id is not None:
+            what = f"join {publication.join_id}: {what}"
+        console.print(
+            f"[green]sent[/] {render.escape_line(publication.source)} → "
+            f"{render.escape_line(what)} (message {publication.message_id})",
+            soft_wrap=True,
+        )
+    if wait:
+        render.print_table(console, payload_table(rows, title="results"), keys=(0,))
+
+
+# ---------------------------------------------------------------------------- --manifest
+
+
+@dataclass
+class Manifest:
+    """A join manifest's entries, as given, and the id (or url) each stands for."""
+
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)  # payload id, or the url of a reference
+    payloads: list[ProcessPayload] = field(default_factory=list)
+
+    @property
+    def duplicates(self) -> list[str]:
+        """Ids (or urls) given more than once, each once, in order."""
+        return [key for key, count in Counter(self.keys).items() if count > 1]
+
+    @property
+    def distinct(self) -> int:
+        """How many different ids (or urls) the entries name."""
+        return len(set(self.keys))
+
+
+def _publish_manifest(
+    target: Target, path: Path, *, bucket: str | None, check_workflows: bool, json_output: bool
+) -> None:
+    manifest = Manifest()
+    for where, document in _manifest_documents(path):
+        _add_entry(manifest, where, document)
+    if not manifest.entries:
+        raise InvalidMessageError(f"{path}: no entry: a manifest needs at least one")
+    if check_workflows:
+        _check_workflows(target, [Publication(str(path), "", "manifest", manifest.payloads)])
+    data = manifest_text(manifest.entries).encode("utf-8")
+    name = bucket or _payload_bucket(target)
+    key = f"{MANIFEST_PREFIX}{hashlib.sha256(data).hexdigest()}.jsonl"
+    target.client("s3").put_object(
+        Bucket=name, Key=key, Body=data, ContentType=_MANIFEST_CONTENT_TYPE
+    )
+    url = f"s3://{name}/{key}"
+    duplicates = manifest.duplicates
+    if json_output:
+        render.emit_json(
+            {
+                "url": url,
+                "entries": len(manifest.entries),
+                "distinct": manifest.distinct,
+                "bytes": len(data),
+                "duplicates": duplicates,
+            }
+        )
+        return
+    note = render.stderr()
+    note.print(
+        f"manifest: {len(manifest.entries)} entries, {manifest.distinct} distinct, "
+        f"{len(data)} bytes",
+        soft_wrap=True,
+    )
+    if duplicates:
+        shown = ", ".join(duplicates[:_SHOWN_DUPLICATES])
+        more = len(duplicates) - _SHOWN_DUPLICATES
+        if more > 0:
+            shown += f" and {more} more"
+        note.print(
+            f"[yellow]note:[/] {len(duplicates)} id(s) given more than once (a join counts "
+            f"each once): {render.escape_line(shown)}",
+            soft_wrap=True,
+        )
+    typer.echo(url)
+
+
+def _manifest_documents(path: Path) -> list[tuple[str, Any]]:
+    """``(where, document)`` for each entry: a directory's ``*.json`` files, or a file's lines.
+
+    A file whose first non-blank character is ``[`` is read as a JSON array.
+    """
+    if path.is_dir():
+        files = sorted((p for p in path.glob("*.json") if p.is_file()), key=lambda p: p.name)
+        if not files:
+            raise InvalidMessageError(f"{path}: no *.json file in the directory")
+        return [(str(file), _load(_read_text(file), str(file))) for file in files]
+    text = _read_text(path)
+    if text.lstrip().startswith("["):
+        document = _load(text, str(path))
+        return [(f"{path}[{index}]", entry) for index, entry in enumerate(document)]
+    return [
+        (f"{path}:{number}", _load(line, f"{path}:{number}"))
+        # Only \n ends a JSON Lines line (str.splitlines breaks at more).
+        for number, line in enumerate(text.split("\n"), start=1)
+        if line.strip()
+    ]
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8-sig")  # a byte order mark is dropped
+    except UnicodeDecodeError as exc:
+        raise InvalidMessageError(f"{path}: not UTF-8 text") from exc
+
+
+def _load(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidMessageError(f"{where}: not valid JSON: {exc}") from exc
+
+
+def _add_entry(manifest: Manifest, where: str, document: Any) -> None:
+    """Check one entry: a ``{"url": "s3://..."}`` reference as is, or a process payload."""
+    if not isinstance(document, dict):
+        raise InvalidMessageError(
+            f'{where}: expected a JSON object (a payload or {{"url": "s3://bucket/key"}})'
+        )
+    size = len(json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    if size > MAX_PAYLOAD_BYTES:
+        raise InvalidMessageError(
+            f"{where}: {size} bytes, a payload takes at most {MAX_PAYLOAD_BYTES}"
+        )
+    if "url" in document and "process" not in document:  # the rule read_message applies
+        url = document["url"]
+        parsed = urlparse(url) if isinstance(url, str) else None
+        if parsed is None or parsed.scheme != "s3" or not parsed.netloc or not parsed.path[1:]:
+            raise InvalidMessageError(f"{where}: url must be an s3://bucket/key url, got {url!r}")
+        manifest.entries.append(document)
+        manifest.keys.append(url)
+        return
+    try:
+        payload = ProcessPayload.model_validate(document)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        reason = "; ".join(
+            ".".join(["payload", *(str(part) for part in error["loc"])]) + f": {error['msg']}"
+            for error in errors
+        )
+        raise InvalidMessageError(f"{where}: {reason}") from exc
+    manifest.entries.append(document)
+    manifest.keys.append(payload.id)
+    manifest.payloads.append(payload)
+
+
+def _payload_bucket(target: Target) -> str:
+    """The stack's payload bucket: its output, else the naming rule.
+
+    The template names it ``{prefix}-payloads-{account}-{region}``; ``serve``
+    (a loopback endpoint) ``{prefix}-payloads-{account}``.
+    """
+    if target.names.payload_bucket:
+        return target.names.payload_bucket
+    account = str(target.client("sts").get_caller_identity()["Account"])
+    name = f"{target.prefix}-payloads-{account}"
+    if is_loopback(target.options.endpoint_url):
+        return name
+    return f"{name}-{target.session.region_name}"

@@ -1,0 +1,78 @@
+"""``dependency-tracker stuck``: parents waiting too long, and the dependencies holding them."""
+
+# No ``from __future__ import annotations``: Typer reads these annotations at runtime.
+
+from datetime import datetime, timedelta
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from dependency_tracker.core.enums import utcnow
+from dependency_tracker_cli import render
+from dependency_tracker_cli.commands.graph import load_graph
+from dependency_tracker_cli.options import Json, aws_command
+from dependency_tracker_cli.target import Target
+from dependency_tracker_cli.waitgraph import StuckParent
+
+
+@aws_command
+def stuck(
+    target: Target,
+    *,
+    older_than: Annotated[
+        str, typer.Option(metavar="DURATION", help="Threshold, e.g. 90s, 30m, 1h30m, 2d.")
+    ] = "1h",
+    json_output: Json = False,
+) -> None:
+    """List parents waiting longer than a threshold, and what holds each of them.
+
+    Examples:
+      dependency-tracker stuck --older-than 30m
+      dependency-tracker stuck --stack-name deptrack --older-than 2h --json
+    """
+    try:
+        threshold = render.parse_duration(older_than)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--older-than'") from exc
+    now = utcnow()
+    parents = load_graph(target, include_done=False).stuck(now - threshold)
+    if json_output:
+        render.emit_json(
+            {
+                "now": now.isoformat(),
+                "older_than_seconds": int(threshold.total_seconds()),
+                "parents": [parent.to_json(now) for parent in parents],
+            }
+        )
+        return
+    console = render.stdout()
+    if not parents:
+        console.print(f"no parent has waited longer than {render.duration_text(threshold)}")
+        return
+    render.print_table(console, _table(parents, now, threshold), keys=(0, 2))
+
+
+def _table(parents: list[StuckParent], now: datetime, older_than: timedelta) -> Table:
+    table = Table(
+        title=f"{len(parents)} parent(s) waiting longer than {render.duration_text(older_than)}"
+    )
+    for column in ("parent", "waiting", "dependency", "state", "attempt", "why", "last error"):
+        table.add_column(column)
+    for parent in parents:
+        first = True
+        for hold in parent.holds:
+            dependency = hold.dependency
+            name = dependency.label if hold.join is None else f"{dependency.label} (via join)"
+            table.add_row(
+                render.plain(parent.parent.label) if first else "",
+                render.age(parent.since, now) if first else "",
+                render.plain(name),
+                render.styled(dependency.state),
+                render.plain(None if dependency.item is None else dependency.item.attempt),
+                render.plain(hold.reason),
+                render.clipped(None if dependency.item is None else dependency.item.last_error),
+                end_section=hold is parent.holds[-1],
+            )
+            first = False
+    return table

@@ -1,0 +1,135 @@
+"""``dependency-tracker waiters``: who waits on a payload, since when, notified or not."""
+
+# No ``from __future__ import annotations``: Typer reads these annotations at runtime.
+
+from datetime import datetime
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from dependency_tracker.core.enums import utcnow
+from dependency_tracker.core.errors import PayloadNotFoundError
+from dependency_tracker.core.tokens import redact_token
+from dependency_tracker.joins.store import JoinStore
+from dependency_tracker.table.items import MembershipItem, WaiterItem
+from dependency_tracker.table.join_items import JoinItem
+from dependency_tracker_cli import render
+from dependency_tracker_cli.options import Json, aws_command
+from dependency_tracker_cli.target import Target
+from dependency_tracker_cli.waitgraph import execution_label
+
+
+@aws_command
+def waiters(
+    target: Target,
+    *,
+    payload_id: Annotated[str, typer.Argument(metavar="PAYLOAD_ID", show_default=False)],
+    json_output: Json = False,
+) -> None:
+    """List who waits on a payload: parent execution, waiting payload, since when, notified.
+
+    Task tokens are shown only as sha256: hashes. Exits 5 if the payload id is
+    unknown (no state item and no waiter), so a typo never reads as "nobody
+    waits".
+
+    Examples:
+      dependency-tracker waiters sentinel-2-l2a/workflow-simulate/tile-1
+      dependency-tracker waiters "$(cat id.txt)" --json
+    """
+    views: list[dict[str, Any]] = []
+    joins: dict[str, JoinItem | None] = {}
+    counts: dict[str, tuple[int, int]] = {}
+    join_store = JoinStore(target.dependencies.client, target.dependencies.table_name)
+    for row in target.dependencies.rows(payload_id):
+        if isinstance(row, WaiterItem):
+            views.append(_waiter_view(row))
+        elif isinstance(row, MembershipItem):
+            if row.join_id not in joins:
+                joins[row.join_id], *counted = join_store.read(row.join_id)
+                counts[row.join_id] = (counted[0], counted[1])
+            views.append(_membership_view(row, joins[row.join_id], counts[row.join_id]))
+    views.sort(key=lambda view: (view["since"], view["waiter"]))
+    # No rows and no state item: most likely a typo, which must not read as "no waiters".
+    known = bool(views) or target.states.get(payload_id) is not None
+    if json_output:
+        render.emit_json({"payload_id": payload_id, "found": known, "waiters": views})
+    if not known:
+        raise PayloadNotFoundError(f"{payload_id} (no state item, and nothing waits on it)")
+    if json_output:
+        return
+    console = render.stdout()
+    if not views:
+        console.print(f"nobody waits on {render.escape_line(payload_id)}")
+        return
+    render.print_table(console, _table(payload_id, views, utcnow()), keys=(0, 1, 2))
+
+
+def _waiter_view(row: WaiterItem) -> dict[str, Any]:
+    return {
+        "kind": "token",
+        "waiter": redact_token(row.task_token),
+        "parent_execution": row.parent_execution,
+        "waiter_payload_id": row.waiter_payload_id,
+        "since": row.created_at,
+        "state": row.workflow_state.value,
+        "resolved_at": row.resolved_at,
+        "replayed": row.replayed,
+        "error": row.error,
+        "notified": row.notified_at is not None,
+        "notified_at": row.notified_at,
+        "notify_outcome": row.notify_outcome,
+    }
+
+
+def _membership_view(
+    row: MembershipItem, join: JoinItem | None, counts: tuple[int, int]
+) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "kind": "join",
+        "waiter": f"join:{row.join_id}",
+        "join_id": row.join_id,
+        "parent_execution": None if join is None else join.parent_execution,
+        "waiter_payload_id": None if join is None else join.waiter_payload_id,
+        "since": row.created_at,
+        "state": row.workflow_state.value,
+        "resolved_at": row.resolved_at,
+        "replayed": row.replayed,
+        "error": row.error,
+        "notified": join is not None and join.notified_at is not None,
+        "notified_at": None if join is None else join.notified_at,
+        "notify_outcome": None if join is None else join.notify_outcome,
+    }
+    if join is not None:
+        view["join"] = {
+            "state": join.workflow_state.value,
+            "quorum": join.quorum,
+            "total": join.known_total,
+            "registered": join.registered,
+            "succeeded": counts[0],
+            "failed": counts[1],
+            "token": redact_token(join.task_token),
+        }
+    return view
+
+
+def _table(payload_id: str, views: list[dict[str, Any]], now: datetime) -> Table:
+    table = Table(title=f"waiters on {render.escape_line(payload_id)}")
+    for column in ("waiter", "parent execution", "waiting payload", "since", "state", "notified"):
+        table.add_column(column)
+    for view in views:
+        parent = view["parent_execution"]
+        notified = (
+            f"[green]✓[/] {render.age(view['notified_at'], now)} ago, {view['notify_outcome']}"
+            if view["notified"]
+            else "[yellow]not yet[/]"
+        )
+        table.add_row(
+            render.plain(view["waiter"]),
+            render.plain(execution_label(parent) if parent else None),
+            render.plain(view["waiter_payload_id"]),
+            f"{render.plain(view['since'])} ({render.age(view['since'], now)} ago)",
+            render.styled(view["state"]),
+            notified,
+        )
+    return table

@@ -1,0 +1,195 @@
+"""Where a command acts: an AWS session and the tracker's resources.
+
+The same commands work against ``dependency-tracker serve`` (``--endpoint-url``)
+and against a deployed stack (``--stack-name``: names come from the stack's
+CloudFormation outputs; ``--prefix``: names follow the template's naming rule).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Self
+from urllib.parse import urlparse
+
+import boto3
+from botocore.config import Config
+
+from dependency_tracker.core import settings
+from dependency_tracker.payloads.bucket import PayloadBucket
+from dependency_tracker.payloads.state_table import StateTable
+from dependency_tracker.table.dependency_table import DependencyTable
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+_CONFIG = Config(retries={"mode": "standard"})
+# A local endpoint without configured credentials or region gets these.
+LOCAL_REGION = "us-east-1"
+LOCAL_CREDENTIALS = ("testing", "testing")
+
+
+@dataclass(frozen=True)
+class ConnectionOptions:
+    """The options every AWS-facing command takes."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    stack_name: str | None = None
+    prefix: str = settings.DEFAULT_PREFIX
+
+
+@dataclass(frozen=True)
+class ResourceNames:
+    """The tracker's resources, as far as names and outputs tell them.
+
+    Queue URLs are ``None`` when they must be looked up by queue name.
+    """
+
+    prefix: str
+    state_table: str
+    dependency_table: str
+    process_queue_name: str
+    process_dlq_name: str
+    process_queue_url: str | None = None
+    process_dlq_url: str | None = None
+    payload_bucket: str | None = None
+
+    @classmethod
+    def from_outputs(cls, outputs: Mapping[str, Any], *, prefix: str) -> Self:
+        """Names from stack outputs (``template.yaml``, or ``serve``'s outputs file).
+
+        Outputs win; what they lack follows the template's ``{Prefix}-...`` rule,
+        with the stack's own ``Prefix`` output when there is one.
+        """
+        prefix = str(outputs.get("Prefix") or prefix)
+
+        def output(key: str) -> str | None:
+            value = outputs.get(key)
+            return str(value) if value else None
+
+        return cls(
+            prefix=prefix,
+            state_table=output("StateTableName") or f"{prefix}-state",
+            dependency_table=output("DependencyTableName") or f"{prefix}-dependencies",
+            process_queue_name=f"{prefix}-process",
+            process_dlq_name=f"{prefix}-process-dlq",
+            process_queue_url=output("ProcessQueueUrl"),
+            process_dlq_url=output("ProcessDlqUrl"),
+            payload_bucket=output("PayloadBucketName"),
+        )
+
+
+def stack_outputs(cloudformation: Any, stack_name: str) -> dict[str, str]:
+    """``{OutputKey: OutputValue}`` of a CloudFormation stack (``DescribeStacks``)."""
+    stacks = cloudformation.describe_stacks(StackName=stack_name)["Stacks"]
+    return {
+        str(output["OutputKey"]): str(output["OutputValue"])
+        for stack in stacks[:1]
+        for output in stack.get("Outputs", [])
+    }
+
+
+def is_loopback(endpoint_url: str | None) -> bool:
+    """True for ``http://localhost:...``, ``http://127.0.0.1:...`` and ``http://[::1]:...``."""
+    if not endpoint_url:
+        return False
+    host = urlparse(endpoint_url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Target:
+    """A session bound to the options, and the stores and queues it reaches."""
+
+    def __init__(self, options: ConnectionOptions) -> None:
+        self.options = options
+        self._clients: dict[str, Any] = {}
+
+    @cached_property
+    def session(self) -> boto3.session.Session:
+        """The boto3 session: profile and region from the options or the environment.
+
+        A loopback endpoint (``serve``) works without any AWS configuration.
+        """
+        options = self.options
+        session = boto3.session.Session(profile_name=options.profile, region_name=options.region)
+        local = is_loopback(options.endpoint_url)
+        region = session.region_name or (LOCAL_REGION if local else None)
+        if local and options.profile is None and session.get_credentials() is None:
+            return boto3.session.Session(
+                aws_access_key_id=LOCAL_CREDENTIALS[0],
+                aws_secret_access_key=LOCAL_CREDENTIALS[1],
+                region_name=region,
+            )
+        if region != session.region_name:
+            return boto3.session.Session(profile_name=options.profile, region_name=region)
+        return session
+
+    def client(self, service: str) -> Any:
+        """A low-level client of ``service`` at the endpoint (one per service)."""
+        if service not in self._clients:
+            self._clients[service] = self.session.client(
+                service,  # type: ignore[call-overload]
+                endpoint_url=self.options.endpoint_url,
+                config=_CONFIG,
+            )
+        return self._clients[service]
+
+    @cached_property
+    def outputs(self) -> dict[str, str]:
+        """The stack's outputs with ``--stack-name``, else nothing."""
+        if self.options.stack_name is None:
+            return {}
+        return stack_outputs(self.client("cloudformation"), self.options.stack_name)
+
+    @cached_property
+    def names(self) -> ResourceNames:
+        """Resource names from the outputs, or the naming rule."""
+        return ResourceNames.from_outputs(self.outputs, prefix=self.options.prefix)
+
+    @property
+    def prefix(self) -> str:
+        """Name prefix of the managed state machines."""
+        return self.names.prefix
+
+    @cached_property
+    def process_queue_url(self) -> str:
+        """URL of the process queue."""
+        return self.names.process_queue_url or self._queue_url(self.names.process_queue_name)
+
+    @cached_property
+    def process_dlq_url(self) -> str:
+        """URL of the process queue's dead-letter queue."""
+        return self.names.process_dlq_url or self._queue_url(self.names.process_dlq_name)
+
+    @cached_property
+    def states(self) -> StateTable:
+        """The payload state table."""
+        return StateTable(self.client("dynamodb"), self.names.state_table)
+
+    @cached_property
+    def dependencies(self) -> DependencyTable:
+        """The dependency (waiter) table."""
+        return DependencyTable(self.client("dynamodb"), self.names.dependency_table)
+
+    @cached_property
+    def bucket(self) -> PayloadBucket:
+        """Reads ``s3://`` payload pointers."""
+        return PayloadBucket(self.client("s3"))
+
+    def state_machine_names(self) -> set[str]:
+        """Names of every state machine in the account and region."""
+        names: set[str] = set()
+        for page in self.client("stepfunctions").get_paginator("list_state_machines").paginate():
+            names.update(str(machine["name"]) for machine in page["stateMachines"])
+        return names
+
+    def _queue_url(self, name: str) -> str:
+        return str(self.client("sqs").get_queue_url(QueueName=name)["QueueUrl"])

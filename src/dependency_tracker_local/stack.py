@@ -1,0 +1,603 @@
+"""``EmbeddedStack``: the whole tracker on one machine, on moto, with real state machines.
+
+``LocalStack`` is the same class under its first name, kept because programs outside the
+project use it (the public contract); it has nothing to do with the LocalStack product.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+import warnings
+from typing import IO, TYPE_CHECKING, Any, Self
+
+import boto3
+from aws_lambda_powertools.metrics.provider.cloudwatch_emf import cloudwatch as emf_module
+from moto import mock_aws
+
+from dependency_tracker import app as app_module
+from dependency_tracker.app import App
+from dependency_tracker.cirrus.models import subscription_attributes
+from dependency_tracker.core import limits, settings
+from dependency_tracker.core.clients import new_client
+from dependency_tracker.core.observability import logger
+from dependency_tracker.core.settings import Settings
+from dependency_tracker.handlers import callback, cirrus_events, process, sweeper, update_state
+from dependency_tracker.table.schema import create_tables
+from dependency_tracker_local import definitions
+from dependency_tracker_local import platform as platform_model
+from dependency_tracker_local.moto_costs import aws_like_costs
+from dependency_tracker_local.pumps import ExecutionPump, Pump, SchedulePump, SqsPump, StreamPump
+from dependency_tracker_local.queues import queue_arn
+from dependency_tracker_local.runner import Invoker, PumpRunner, ThreadRoutedStdout
+from dependency_tracker_local.server import MotoServer
+from dependency_tracker_local.strict import strict_limits
+from dependency_tracker_local.strict import wanted as strict_wanted
+
+if TYPE_CHECKING:
+    from pathlib import Path
+    from types import TracebackType
+
+    from dependency_tracker_local.cirrus import CirrusDeployment
+
+ACCOUNT = "123456789012"
+ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/deptrack-local"
+_MOTO_SFN_LOGGER = logging.getLogger("moto.stepfunctions.parser")
+# A handler invocation still running when the stack stops (a large join) may finish first.
+STOP_TIMEOUT_SECONDS = 120.0
+# The sweeper's schedule, as the template's (rate(5 minutes)).
+DEFAULT_SWEEPER_INTERVAL_SECONDS = 300.0
+
+
+class EmbeddedStack:
+    """Context manager running the embedded stack and its pumps (also named ``LocalStack``).
+
+    On entry it starts moto in-process (state machines really execute), creates
+    the process queue with its DLQ, both tables (stream on the dependency
+    table), the payload bucket, registers every definition in ``stepfunctions/``
+    as ``{prefix}-{name}``, points the handlers' settings at these resources,
+    and starts the pumps. On exit it stops the pumps and moto and restores the
+    environment.
+
+    With ``port`` (0 picks a free one) moto runs as a server on ``host``
+    instead, so other processes can use the stack with any AWS SDK and
+    ``endpoint_url``: ``outputs`` then also holds ``EndpointUrl``, and the
+    handlers and ``client()`` go through that endpoint.
+
+    With ``strict`` (the default, unless ``DEPTRACK_STRICT=0``) moto refuses
+    what AWS would refuse (item and key sizes, batch sizes, execution input and
+    task output sizes, execution names, message sizes; see
+    :mod:`dependency_tracker_local.strict` and the limits table in
+    ``docs/local.md``), for the stack's handlers and for any other code in the
+    process, such as a user's own pipeline tests. Queues are
+    created with a ``MaximumMessageSize`` of 256 KiB, as the template's.
+
+    With ``platform`` (the default, unless ``DEPTRACK_PLATFORM=0``) the stack
+    also models Lambda's own guards (:mod:`dependency_tracker_local.platform`,
+    ``docs/local.md``): start refuses a ``template.yaml`` whose reserved
+    concurrency an account of ``account_concurrency`` (a new account's 10 by
+    default) cannot grant, or whose SQS trigger's maximum concurrency is out of
+    range; the process pump holds that maximum concurrency; and a record whose
+    chain of events would invoke the same function a 17th time is not delivered
+    (recursive-loop detection, each function's ``RecursiveLoop`` as the
+    template sets it): it reaches its queue's DLQ, and ``platform.stopped``
+    lists it.
+
+    The sweeper runs every ``sweeper_interval`` seconds (None: never on its
+    own) and once on demand with :meth:`sweep_once`; ``sweeper_min_age_seconds``
+    overrides how long it leaves a terminal row to the stream (the deployed
+    default, 15 minutes, is long for a test).
+
+    With ``cirrus`` (a cirrus-geo prefix, or True for ``cirrus``) the stack runs
+    in cirrus mode (docs/cirrus.md) beside a cirrus-geo v2 deployment laid out
+    as cirrus's CloudFormation lays it out, whose own ``process`` and
+    ``update_state`` Lambdas (the installed ``cirrus-geo`` package; Python 3.12+)
+    run on its queue and its state machines' status changes. ``cirrus`` is then
+    the :class:`~dependency_tracker_local.cirrus.CirrusDeployment`, and
+    ``outputs`` also holds its ``Cirrus*`` names and ``CirrusEventQueueUrl``.
+
+    Example:
+        >>> with EmbeddedStack(prefix="deptrack") as stack:  # doctest: +SKIP
+        ...     stack.client("sqs").send_message(QueueUrl=stack.outputs["ProcessQueueUrl"], ...)
+    """
+
+    def __init__(
+        self,
+        prefix: str = settings.DEFAULT_PREFIX,
+        *,
+        region: str = "us-east-1",
+        definitions_dir: Path | None = None,
+        poll_interval: float = 0.05,
+        visibility_timeout: int = 2,
+        max_receive_count: int = 3,
+        default_timeout_seconds: int = 300,
+        default_max_concurrency: int = 40,
+        log_level: str | None = None,
+        sink: IO[str] | None = None,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        strict: bool | None = None,
+        platform: bool | None = None,
+        account_concurrency: int = platform_model.NEW_ACCOUNT_CONCURRENCY,
+        sweeper_interval: float | None = DEFAULT_SWEEPER_INTERVAL_SECONDS,
+        sweeper_min_age_seconds: int | None = None,
+        cirrus: bool | str = False,
+    ) -> None:
+        self.prefix = prefix
+        self._cirrus_prefix = (
+            None if cirrus is False else ("cirrus" if cirrus is True else str(cirrus))
+        )
+        self.cirrus: CirrusDeployment | None = None
+        self.region = region
+        self._definitions_dir = definitions_dir
+        self._poll_interval = poll_interval
+        self._visibility_timeout = visibility_timeout
+        self._max_receive_count = max_receive_count
+        self._defaults = {
+            "DefaultTimeoutSeconds": str(default_timeout_seconds),
+            "DefaultMaxConcurrency": str(default_max_concurrency),
+        }
+        self._log_level = log_level
+        self._sink = sink
+        self._mock: Any = None
+        self._port = port
+        self._host = host
+        self.strict = strict_wanted() if strict is None else strict
+        self._platform_wanted = platform_model.wanted() if platform is None else platform
+        self._account_concurrency = account_concurrency
+        # The model of the stack once started (None before, or with the model off).
+        self.platform: platform_model.PlatformModel | None = None
+        self._process_maximum_concurrency: int | None = None
+        self._join_maximum_concurrency: int | None = None
+        self._sweeper_interval = sweeper_interval
+        self._sweeper_min_age_seconds = sweeper_min_age_seconds
+        self._strict_block: contextlib.ExitStack | None = None
+        self.endpoint_url: str | None = None
+        self._saved_env: dict[str, str | None] = {}
+        self._saved_log_level: int | None = None
+        self._saved_log_stream: IO[str] | None = None
+        self._moto_log_handler: logging.Handler | None = None
+        self._stdout: ThreadRoutedStdout | None = None
+        self._runner: PumpRunner | None = None
+        self._invoker: Invoker | None = None
+        self.outputs: dict[str, Any] = {}
+        # The handlers' composition root while the stack runs (its settings, its clients).
+        self.app: App | None = None
+        self.pumps: dict[str, SqsPump | ExecutionPump | StreamPump | SchedulePump] = {}
+        self._sweeper: SchedulePump | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start moto, create every resource and start the pumps."""
+        names = self._names()
+        # The AWS SDK's own variables, for any code in the process (moto is process-wide);
+        # the tracker's settings go to the handlers through the stack's app, not the environment.
+        self._set_env(
+            {"AWS_DEFAULT_REGION": self.region, "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled"}
+        )
+        # A handler that had nothing to count (a filtered-out record) makes
+        # Powertools warn on every invocation; in Lambda that is a log line.
+        warnings.filterwarnings("ignore", message="No application metrics to publish")
+        if self._log_level is not None:
+            self._saved_log_level = logger.log_level
+            logger.setLevel(self._log_level)
+        if self._sink is not None:
+            self._stdout = ThreadRoutedStdout(sys.stdout, self._sink)
+            sys.stdout = self._stdout
+            emf_module.print = self._stdout.print  # type: ignore[attr-defined]
+            self._saved_log_stream = _log_handler(logger).setStream(self._sink)
+            # moto's interpreter logs expected failures (timeouts) at ERROR.
+            self._moto_log_handler = logging.StreamHandler(self._sink)
+            _MOTO_SFN_LOGGER.addHandler(self._moto_log_handler)
+            _MOTO_SFN_LOGGER.propagate = False
+        self._strict_block = contextlib.ExitStack()
+        # Not a limit: moto's transactions would otherwise copy whole tables.
+        self._strict_block.enter_context(aws_like_costs())
+        if self.strict:
+            self._strict_block.enter_context(strict_limits())
+        try:
+            self._model_platform()
+            self._start_moto()
+            self._create(names)
+            if self._cirrus_prefix is not None:
+                self._create_cirrus(self._cirrus_prefix)
+            self.app = App(self._settings(names), self._handler_client)
+            app_module.use(self.app)
+            self._start_pumps()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _settings(self, names: dict[str, str]) -> Settings:
+        """The handlers' settings: ``DEPTRACK_*`` variables that are set, the stack's resources."""
+        found = self.outputs
+        return Settings.from_env(
+            state_table=names["StateTableName"],
+            dependency_table=names["DependencyTableName"],
+            prefix=self.prefix,
+            workflow_arn_prefix=self._workflow_arn_prefix(),
+            payload_bucket=names["PayloadBucketName"],
+            # As the template: the redrive policy's count, so the last receive answers.
+            process_max_receive_count=self._max_receive_count,
+            process_queue_url=found["ProcessQueueUrl"],
+            join_queue_url=found["JoinQueueUrl"],
+            sweeper_min_age_seconds=self._sweeper_min_age_seconds,
+            cirrus_state_table=found.get("CirrusStateTableName"),
+            cirrus_process_queue_url=found.get("CirrusProcessQueueUrl"),
+            cirrus_payload_bucket=found.get("CirrusPayloadBucketName"),
+        )
+
+    def _handler_client(self, service: str) -> Any:
+        """A client for the handlers: the tracker's config, bound to the stack."""
+        return new_client(service, region=self.region, endpoint_url=self.endpoint_url)
+
+    def configure(self, **changes: Any) -> App:
+        """Change settings of the running stack (e.g. ``claim_lease_seconds=3600``).
+
+        The handlers get a new app on these settings and the stack's clients.
+
+        Raises:
+            RuntimeError: The stack is not running.
+        """
+        if self.app is None:
+            msg = "the embedded stack is not running"
+            raise RuntimeError(msg)
+        self.app = App(self.app.settings.model_copy(update=changes), self.app.clients)
+        app_module.use(self.app)
+        return self.app
+
+    def stop(self) -> None:
+        """Stop the pumps, then moto; restore the environment."""
+        if self._invoker is not None:
+            # No event reaches a handler once stopping began; the one running finishes
+            # while moto still answers, before the mock and the environment go.
+            self._invoker.close()
+            self._invoker = None
+        if self._runner is not None:
+            self._runner.stop(timeout=STOP_TIMEOUT_SECONDS)
+            self._runner = None
+        self._sweeper = None
+        if self._mock is not None:
+            self._mock.stop()
+            self._mock = None
+        if self._strict_block is not None:
+            self._strict_block.close()
+            self._strict_block = None
+        self._restore_output()
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_env.clear()
+        if self.app is not None and app_module.current_or_none() is self.app:
+            app_module.use(None)
+        self.app = None
+
+    def _restore_output(self) -> None:
+        """Give the tracker's logger, stdout and moto's logger back their streams."""
+        if self._saved_log_level is not None:
+            logger.setLevel(self._saved_log_level)
+            self._saved_log_level = None
+        if self._saved_log_stream is not None:
+            _log_handler(logger).setStream(self._saved_log_stream)
+            self._saved_log_stream = None
+        if self._stdout is not None:
+            if sys.stdout is self._stdout:
+                sys.stdout = self._stdout.original
+            vars(emf_module).pop("print", None)
+            self._stdout = None
+        if self._moto_log_handler is not None:
+            _MOTO_SFN_LOGGER.removeHandler(self._moto_log_handler)
+            _MOTO_SFN_LOGGER.propagate = True
+            self._moto_log_handler = None
+
+    # ------------------------------------------------------------------ API
+
+    def client(self, service: str) -> Any:
+        """A boto3 client bound to the stack (region, and the server's endpoint if any)."""
+        return boto3.session.Session().client(  # type: ignore[call-overload]
+            service, region_name=self.region, endpoint_url=self.endpoint_url
+        )
+
+    @property
+    def pump_errors(self) -> int:
+        """Rounds a pump failed (not handler failures, which follow source semantics)."""
+        return 0 if self._runner is None else self._runner.errors
+
+    @property
+    def dead_letters(self) -> dict[str, list[dict[str, Any]]]:
+        """Events the pumps gave up on, by function (the on-failure destinations).
+
+        Process-queue messages that fail for good are in the real DLQ
+        (``ProcessDlqUrl``) instead.
+        """
+        executions, stream = self.pumps.get("executions"), self.pumps.get("stream")
+        return {
+            "update-state": executions.dead_letters
+            if isinstance(executions, ExecutionPump)
+            else [],
+            "callback": stream.dead_letters if isinstance(stream, StreamPump) else [],
+        }
+
+    def sweep_once(self) -> dict[str, Any]:
+        """Run the sweeper function once now (between other invocations); its report.
+
+        Raises:
+            RuntimeError: The stack is not running.
+        """
+        if self._sweeper is None:
+            msg = "the embedded stack is not running"
+            raise RuntimeError(msg)
+        report: dict[str, Any] = self._sweeper.invoke()
+        return report
+
+    def state_machine_arn(self, name: str) -> str:
+        """ARN of ``{prefix}-{name}``."""
+        return f"{self._workflow_arn_prefix()}{name}"
+
+    # ------------------------------------------------------------------ internals
+
+    def _names(self) -> dict[str, str]:
+        return {
+            "StateTableName": f"{self.prefix}-state",
+            "DependencyTableName": f"{self.prefix}-dependencies",
+            "PayloadBucketName": f"{self.prefix}-payloads-{ACCOUNT}",
+            "ProcessQueueName": f"{self.prefix}-process",
+            "ProcessDlqName": f"{self.prefix}-process-dlq",
+            "JoinQueueName": f"{self.prefix}-join-chunks",
+            "StatusReportQueueName": f"{self.prefix}-status-reports",
+            "StatusReportDlqName": f"{self.prefix}-status-reports-dlq",
+        }
+
+    def _model_platform(self) -> None:
+        """Check the template as a new account's Lambda would, and build the model.
+
+        Outside a checkout (the package installed without ``template.yaml``) only
+        the recursion limit is modelled, with every function on ``Terminate``.
+        """
+        if not self._platform_wanted:
+            return
+        path = platform_model.TEMPLATE_PATH
+        parameters = {} if self._cirrus_prefix is None else {"CirrusPrefix": self._cirrus_prefix}
+        functions = (
+            platform_model.template_functions(platform_model.load_template(path), parameters)
+            if path.is_file()
+            else {}
+        )
+        platform_model.check_concurrency(functions, self._account_concurrency)
+        self._process_maximum_concurrency = platform_model.process_maximum_concurrency(functions)
+        self._join_maximum_concurrency = platform_model.process_maximum_concurrency(
+            functions, "JoinQueue"
+        )
+        self.platform = platform_model.PlatformModel(
+            recursive_loop={f.name: f.recursive_loop for f in functions.values()}
+        )
+
+    def _workflow_arn_prefix(self) -> str:
+        return f"arn:aws:states:{self.region}:{ACCOUNT}:stateMachine:{self.prefix}-"
+
+    def _start_moto(self) -> None:
+        if self._port is None:
+            self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
+            self._mock.start()
+            return
+        # Server mode: moto behind a local endpoint; stop() stops it like mock_aws.
+        server = MotoServer(self._host, self._port, sink=self._sink)
+        self._mock = server
+        self.endpoint_url = server.start()
+        self._set_env(server.environment())
+
+    def _set_env(self, values: dict[str, str]) -> None:
+        for name, value in values.items():
+            self._saved_env.setdefault(name, os.environ.get(name))
+            os.environ[name] = value
+
+    def _create(self, names: dict[str, str]) -> None:
+        sqs = self.client("sqs")
+        queue_url, dlq_url = self._queue_with_dlq(
+            sqs, names["ProcessQueueName"], names["ProcessDlqName"]
+        )
+        report_url, report_dlq_url = self._queue_with_dlq(
+            sqs, names["StatusReportQueueName"], names["StatusReportDlqName"]
+        )
+        # As the template's: its failed chunks go to the process DLQ.
+        join_url, _ = self._queue_with_dlq(sqs, names["JoinQueueName"], names["ProcessDlqName"])
+        stream_arn = create_tables(
+            self.client("dynamodb"),
+            state_table=names["StateTableName"],
+            dependency_table=names["DependencyTableName"],
+        )
+        self.client("s3").create_bucket(Bucket=names["PayloadBucketName"])
+        substitutions = {
+            "ProcessQueueUrl": queue_url,
+            "StateTableName": names["StateTableName"],
+            "DependencyTableName": names["DependencyTableName"],
+            "PayloadBucketName": names["PayloadBucketName"],
+            "Prefix": self.prefix,
+            "StatusReportQueueUrl": report_url,
+            **self._defaults,
+        }
+        sfn = self.client("stepfunctions")
+        machines = {}
+        for name, path in definitions.discover(self._definitions_dir).items():
+            created = sfn.create_state_machine(
+                name=f"{self.prefix}-{name}",
+                roleArn=ROLE_ARN,
+                definition=definitions.render(path, substitutions),
+                type=definitions.state_machine_type(name),
+            )
+            machines[name] = created["stateMachineArn"]
+        self.outputs = {
+            "ProcessQueueUrl": queue_url,
+            "ProcessQueueArn": queue_arn(sqs, queue_url),
+            "ProcessDlqUrl": dlq_url,
+            "JoinQueueUrl": join_url,
+            "JoinQueueArn": queue_arn(sqs, join_url),
+            "StatusReportQueueUrl": report_url,
+            "StatusReportQueueArn": queue_arn(sqs, report_url),
+            "StatusReportDlqUrl": report_dlq_url,
+            "StateTableName": names["StateTableName"],
+            "DependencyTableName": names["DependencyTableName"],
+            "DependencyStreamArn": stream_arn,
+            "PayloadBucketName": names["PayloadBucketName"],
+            "Prefix": self.prefix,
+            "Region": self.region,
+            "StateMachines": machines,
+        }
+        if self.endpoint_url is not None:
+            self.outputs["EndpointUrl"] = self.endpoint_url
+
+    def _create_cirrus(self, cirrus_prefix: str) -> None:
+        """Lay out cirrus's deployment, and the tracker's queue on its workflow-event topic."""
+        from dependency_tracker_local.cirrus import CirrusDeployment  # noqa: PLC0415
+
+        deployment = self.cirrus = CirrusDeployment(
+            prefix=cirrus_prefix, region=self.region, account=ACCOUNT
+        )
+        deployment.create(self.client)
+        found = deployment.outputs
+        sqs = self.client("sqs")
+        events_url, events_dlq_url = self._queue_with_dlq(
+            sqs, f"{self.prefix}-cirrus-events", f"{self.prefix}-cirrus-events-dlq"
+        )
+        events_arn = queue_arn(sqs, events_url)
+        # As the template subscribes it: raw delivery (the body is cirrus's event itself) and
+        # the template's filter (template_contract/test_cirrus_mode.py holds both to it).
+        self.client("sns").subscribe(
+            TopicArn=found["CirrusWorkflowEventTopicArn"],
+            Protocol="sqs",
+            Endpoint=events_arn,
+            Attributes=subscription_attributes(),
+        )
+        self.outputs.update(
+            {
+                **found,
+                "CirrusEventQueueUrl": events_url,
+                "CirrusEventQueueArn": events_arn,
+                "CirrusEventDlqUrl": events_dlq_url,
+            }
+        )
+        # cirrus's own Lambdas read their configuration from the environment, as in Lambda.
+        self._set_env(deployment.environment())
+
+    def _queue_with_dlq(self, sqs: Any, name: str, dlq_name: str) -> tuple[str, str]:
+        """A queue whose failed messages reach ``dlq_name`` after ``max_receive_count``."""
+        dlq_url = str(sqs.create_queue(QueueName=dlq_name)["QueueUrl"])
+        redrive = {
+            "deadLetterTargetArn": queue_arn(sqs, dlq_url),
+            "maxReceiveCount": self._max_receive_count,
+        }
+        queue_url = sqs.create_queue(
+            QueueName=name,
+            Attributes={
+                "VisibilityTimeout": str(self._visibility_timeout),
+                # As the template's queues: the tracker sizes its messages for 256 KiB.
+                "MaximumMessageSize": str(limits.SQS_DEFAULT_MAX_MESSAGE_BYTES),
+                "RedrivePolicy": json.dumps(redrive),
+            },
+        )["QueueUrl"]
+        return str(queue_url), dlq_url
+
+    def _start_pumps(self) -> None:
+        invoker = self._invoker = Invoker(self._stdout)
+        self.pumps = {
+            "sqs": SqsPump(
+                sqs=self.client("sqs"),
+                queue_url=self.outputs["ProcessQueueUrl"],
+                queue_arn=self.outputs["ProcessQueueArn"],
+                handler=invoker.wrap(process.lambda_handler),
+                region=self.region,
+            ),
+            # The join queue's trigger: one chunk per invocation (BatchSize 1).
+            "joins": SqsPump(
+                sqs=self.client("sqs"),
+                queue_url=self.outputs["JoinQueueUrl"],
+                queue_arn=self.outputs["JoinQueueArn"],
+                handler=invoker.wrap(process.lambda_handler),
+                region=self.region,
+                batch_size=1,
+                name="joins",
+            ),
+            "reports": SqsPump(
+                sqs=self.client("sqs"),
+                queue_url=self.outputs["StatusReportQueueUrl"],
+                queue_arn=self.outputs["StatusReportQueueArn"],
+                handler=invoker.wrap(update_state.lambda_handler),
+                region=self.region,
+                function_name="update-state",
+                name="reports",
+            ),
+            "executions": ExecutionPump(
+                sfn=self.client("stepfunctions"),
+                handler=invoker.wrap(update_state.lambda_handler),
+                prefix=self.prefix,
+                region=self.region,
+                account=ACCOUNT,
+            ),
+            "stream": StreamPump(
+                streams=self.client("dynamodbstreams"),
+                stream_arn=self.outputs["DependencyStreamArn"],
+                handler=invoker.wrap(callback.lambda_handler),
+                region=self.region,
+            ),
+        }
+        # The sweeper's schedule: one more pump; sweep_once() invokes the same function.
+        self._sweeper = SchedulePump(
+            handler=invoker.wrap(sweeper.lambda_handler),
+            interval=self._sweeper_interval or 0.0,
+            region=self.region,
+            account=ACCOUNT,
+        )
+        if self.cirrus is not None:
+            self.pumps["cirrus-events"] = SqsPump(
+                sqs=self.client("sqs"),
+                queue_url=self.outputs["CirrusEventQueueUrl"],
+                queue_arn=self.outputs["CirrusEventQueueArn"],
+                handler=invoker.wrap(cirrus_events.lambda_handler),
+                region=self.region,
+                function_name="cirrus-events",
+                name="cirrus-events",
+            )
+            self.pumps.update(self.cirrus.pumps(client=self.client, wrap=invoker.wrap))
+        # One model for every pump (the cirrus ones too), or none with the model off.
+        for pump in [*self.pumps.values(), self._sweeper]:
+            pump.platform = self.platform
+        for name, maximum in (
+            ("sqs", self._process_maximum_concurrency),
+            ("joins", self._join_maximum_concurrency),
+        ):
+            sqs_pump = self.pumps[name]
+            if isinstance(sqs_pump, SqsPump):
+                sqs_pump.maximum_concurrency = maximum
+        pumps: list[Pump] = list(self.pumps.values())
+        if self._sweeper_interval is not None:
+            self.pumps["sweeper"] = self._sweeper
+            pumps.append(self._sweeper)
+        self._runner = PumpRunner(pumps, poll_interval=self._poll_interval)
+        self._runner.start()
+
+
+def _log_handler(powertools_logger: Any) -> logging.StreamHandler[IO[str]]:
+    handler: logging.StreamHandler[IO[str]] = powertools_logger.registered_handler
+    return handler
+
+
+# The first name, kept as an alias: the public contract names it (docs/versioning.md).
+LocalStack = EmbeddedStack
