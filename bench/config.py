@@ -1,4 +1,9 @@
-"""What ``make bench`` runs (``FULL``) and what the CI smoke test runs (``SMOKE``)."""
+"""What each benchmark entry runs.
+
+``make bench`` runs ``FULL``, the CI smoke test ``SMOKE``, the budget tests the
+``BUDGET_*`` workloads, the optional wall-clock script ``FULL_TIMING`` (or
+``SMOKE_TIMING``).
+"""
 
 from __future__ import annotations
 
@@ -29,6 +34,8 @@ class PatternConfig:
     reference_poll_seconds: int = 60
     callback_timeout_seconds: int = 1800
     run_timeout: float = 900.0
+    # The designs measured, in rotation (the budget tests run the Map pattern alone).
+    patterns: tuple[str, ...] = PATTERNS
 
     @property
     def scale(self) -> float:
@@ -83,9 +90,8 @@ class JoinScaleConfig:
     is timed. A size in ``inline_sizes`` sends its payloads in the join message;
     the others go by a manifest in the payload bucket (``dependencies_url``).
     ``chunk_size`` sets ``DEPTRACK_JOIN_CHUNK_SIZE`` (None: the tracker's
-    default). Every size is counted and timed; per-member counts are
-    extrapolated to ``derived_sizes``. The engine bound is calibrated once, on
-    tables as large as the ``calibrate_at`` run left them.
+    default); ``quorum`` makes it a k-of-n join. Every size is counted;
+    per-member counts are extrapolated to ``derived_sizes``.
     """
 
     # About 10 s, 1.5, 3 and 25 to 40 minutes on a 2-core machine (--join-sizes to change):
@@ -94,10 +100,8 @@ class JoinScaleConfig:
     inline_sizes: tuple[int, ...] = ()
     chunk_size: int | None = None
     derived_sizes: tuple[int, ...] = (100_000,)
-    calibrate_at: int = 1000
     run_timeout: float = 3600.0
-    # False: take the main calibration's per-call costs (the smoke run, to stay short).
-    own_calibration: bool = True
+    quorum: int | None = None
 
 
 @dataclass(frozen=True)
@@ -106,8 +110,6 @@ class BenchConfig:
 
     name: str
     patterns: PatternConfig = field(default_factory=PatternConfig)
-    throughput: ThroughputConfig = field(default_factory=ThroughputConfig)
-    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     handlers: HandlerConfig = field(default_factory=HandlerConfig)
     joins: JoinScaleConfig = field(default_factory=JoinScaleConfig)
     # Run each section in a fresh process (own peak memory, no leftover threads).
@@ -115,6 +117,27 @@ class BenchConfig:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data, for results.json."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    """The optional wall-clock run (``python -m bench.timing``).
+
+    Throughput scales, then the engine bound calibrated on tables as large as
+    the largest scale left them; one all-of join per size in ``joins``, then the
+    join's bound calibrated at the size nearest ``calibrate_at``.
+    """
+
+    name: str
+    throughput: ThroughputConfig = field(default_factory=ThroughputConfig)
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
+    joins: JoinScaleConfig = field(default_factory=lambda: JoinScaleConfig(sizes=(100, 1000)))
+    calibrate_at: int = 1000
+    isolate: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data, for the timing output."""
         return asdict(self)
 
 
@@ -129,12 +152,26 @@ SMOKE = BenchConfig(
         child_seconds=1,
         run_timeout=60.0,
     ),
-    throughput=ThroughputConfig(scales=((4, 2),), stride=1, run_timeout=60.0),
-    calibration=CalibrationConfig(calls=3),
     handlers=HandlerConfig(waiters=(1, 5), reps=1, batch=3),
     # Chunks of 5: a manifest join of 12 in three (the patterns' joins are inline).
-    joins=JoinScaleConfig(
-        sizes=(12,), chunk_size=5, calibrate_at=12, run_timeout=120.0, own_calibration=False
-    ),
+    joins=JoinScaleConfig(sizes=(12,), chunk_size=5, run_timeout=120.0),
+    isolate=False,
+)
+
+# The budget tests' workloads (bench/budgets.py): one parent each, counts only.
+BUDGET_PATTERNS = PatternConfig(
+    sizes=(1, 3), reps=((1, 1), (3, 1)), child_seconds=1, run_timeout=60.0, patterns=(MAP,)
+)
+BUDGET_JOIN = JoinScaleConfig(sizes=(12,), chunk_size=5, run_timeout=120.0)
+BUDGET_QUORUM = JoinScaleConfig(sizes=(12,), chunk_size=5, run_timeout=120.0, quorum=9)
+
+FULL_TIMING = TimingConfig(name="full")
+
+SMOKE_TIMING = TimingConfig(
+    name="smoke",
+    throughput=ThroughputConfig(scales=((4, 2),), stride=1, run_timeout=60.0),
+    calibration=CalibrationConfig(calls=3),
+    joins=JoinScaleConfig(sizes=(12,), chunk_size=5, run_timeout=120.0),
+    calibrate_at=12,
     isolate=False,
 )

@@ -15,10 +15,11 @@ payload bucket (``dependencies_url``: the join message carries
 * the most calls any one invocation made, by function (process: bounded by
   the chunk size whatever n is; callback: the invocation that decides the join
   reads the summary, one ``BatchGetItem`` per 100 members);
-* wall time, from the parent's start to its stop, against the engine bound:
-  the per-member call mix times each call's isolated cost
-  (:mod:`bench.calibrate`, calibrated once, on tables as large as the
-  ``calibrate_at`` run left them).
+* wall time, from the parent's start to its stop (this machine's figure; the
+  engine bound it is held against is the optional :mod:`bench.timing`'s).
+
+A ``quorum`` join (``JoinScaleConfig.quorum``) decides once k members succeeded;
+its members still all run, so its counts are per member too.
 
 :func:`model` extrapolates the counts to ``derived_sizes`` (a straight line
 through the two largest measured n, per figure: derived, not measured) and
@@ -34,12 +35,11 @@ import os
 import resource
 import time
 from collections import Counter, defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from bench import calibrate, history
+from bench import history
 from bench.counting import PLUMBING, TRACKER, instrument, resolve_deferred
 from bench.patterns import DATA_PLUMBING
-from bench.profiling import ThreadCpu
 from bench.stack import (
     CHILD,
     JOIN_MACHINE,
@@ -60,8 +60,19 @@ from dependency_tracker.table.join_items import JOIN_COUNT_SHARDS
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from bench.config import CalibrationConfig, JoinScaleConfig
+    from bench.config import JoinScaleConfig
     from bench.counting import Capacity, InvocationRecord
+
+
+class Profiler(Protocol):
+    """A per-thread CPU sampler (``bench.timing.ThreadCpu``): started, then stopped."""
+
+    def start(self) -> None:
+        """Begin sampling."""
+
+    def stop(self) -> dict[str, object]:
+        """Stop; the CPU breakdown."""
+
 
 # Per partition and second, on AWS (DynamoDB developer guide: partitions).
 PARTITION_WRITE_UNITS_PER_S = 1000
@@ -109,9 +120,17 @@ def _chunk_size(value: int | None) -> Iterator[None]:
 
 
 def run_size(
-    n: int, config: JoinScaleConfig, token_chars: int, *, log: Callable[[str], None]
+    n: int,
+    config: JoinScaleConfig,
+    token_chars: int,
+    *,
+    log: Callable[[str], None],
+    profiler: Callable[[float], Profiler] | None = None,
 ) -> dict[str, Any]:
-    """One all-of join over ``n`` members on a fresh stack: counts, units, wall time."""
+    """One join over ``n`` members on a fresh stack: counts, units, wall time.
+
+    ``profiler`` (``python -m bench.timing`` passes one) adds where the CPU went.
+    """
     inline = n in config.inline_sizes
     with _chunk_size(config.chunk_size), local_stack() as stack:
         warm_interpreter(stack)
@@ -128,8 +147,9 @@ def run_size(
         tools.calls.drain()
         tools.invocations.drain()
         tools.invocations.drain_records()
-        threads = ThreadCpu(interval=1.0)
-        threads.start()
+        threads = profiler(1.0) if profiler is not None else None
+        if threads is not None:
+            threads.start()
         cpu_started = _cpu_s()
         # perf_counter: the clock the invocation records' timestamps are read from.
         started = time.perf_counter()
@@ -145,14 +165,12 @@ def run_size(
         tools.settle(parent_arn=arn, timeout=config.run_timeout)
         window_s = time.perf_counter() - started
         cpu_s = _cpu_s() - cpu_started
-        profile = threads.stop()
+        profile = threads.stop() if threads is not None else None
         window = tools.calls.drain()
         invocations = tools.invocations.drain()
         records = tools.invocations.drain_records()
         summary = json.loads(described["output"])["join"]
-        if summary["counts"] != {"succeeded": n, "failed": 0, "pending": 0}:
-            msg = f"join n={n}: counts {summary['counts']}"
-            raise RuntimeError(msg)
+        _check_counts(n, config.quorum, summary["counts"])
         events = history.fetch(sfn, arn)
         wall_s = (described["stopDate"] - described["startDate"]).total_seconds()
         tracker = window.capacity.get(TRACKER)
@@ -164,6 +182,7 @@ def run_size(
         result = {
             "n": n,
             "members_by": "payloads (inline)" if inline else "payloads_url (manifest)",
+            "quorum": config.quorum,
             "chunk_size": chunk_size,
             "chunks": math.ceil(n / chunk_size),
             "wall_s": round(wall_s, 2),
@@ -180,7 +199,7 @@ def run_size(
             "sqs_message_bytes": history.sqs_message_sizes(events),
             "calls": _calls(window),
             "call_seconds": _call_seconds(window),
-            "cpu": profile,
+            **({"cpu": profile} if profile is not None else {}),
             "calls_by_function": _by_function(records),
             "lambda": {
                 name: {"invocations": stats.invocations, "records": stats.records}
@@ -213,6 +232,8 @@ def _join_input(
 ) -> tuple[dict[str, Any], bytes]:
     """The parent's input, and the member list as a manifest (uploaded unless inline)."""
     body: dict[str, Any] = {"timeout_seconds": int(config.run_timeout) + 600}
+    if config.quorum is not None:
+        body["quorum"] = config.quorum
     manifest = manifest_text(documents).encode("utf-8")
     if inline:
         body["dependencies"] = documents
@@ -222,6 +243,17 @@ def _join_input(
     stack.client("s3").put_object(Bucket=bucket, Key=key, Body=manifest)
     body["dependencies_url"] = f"s3://{bucket}/{key}"
     return body, manifest
+
+
+def _check_counts(n: int, quorum: int | None, counts: dict[str, int]) -> None:
+    """All n succeeded (all-of); at least the quorum and no failure (k of n)."""
+    if quorum is None:
+        held = counts == {"succeeded": n, "failed": 0, "pending": 0}
+    else:
+        held = counts.get("succeeded", 0) >= quorum and counts.get("failed", 0) == 0
+    if not held:
+        msg = f"join n={n} (quorum {quorum}): counts {counts}"
+        raise RuntimeError(msg)
 
 
 def _summary_line(result: dict[str, Any]) -> str:
@@ -474,65 +506,6 @@ def per_member(result: dict[str, Any]) -> dict[str, Any]:
         },
     }
     return out
-
-
-# ------------------------------------------------------------------ engine bound
-
-
-def mix_of(result: dict[str, Any]) -> dict[str, float]:
-    """Calls one member needed: tracker, the pumps' event-carrying calls, interpreter, parent."""
-    n = result["n"]
-    mix: dict[str, float] = {}
-    for name, count in result["calls"]["tracker"].items():
-        key = TRACKER_SEND if name == "sqs.SendMessage" else name
-        mix[key] = mix.get(key, 0.0) + count / n
-    for name, count in result["calls"]["plumbing_data"].items():
-        mix[name] = mix.get(name, 0.0) + count / n
-    for name, count in result["state_machine_calls"].items():
-        mix[name] = mix.get(name, 0.0) + count / n
-    mix["stepfunctions.StartExecution (parent)"] = 1 / n
-    return mix
-
-
-def sizes_of(result: dict[str, Any]) -> dict[str, int]:
-    """Tables, queue and executions as large as a join of ``n`` left them."""
-    n = int(result["n"])
-    reads = result["calls"]["plumbing_data"].get("dynamodbstreams.GetRecords", 0)
-    records = result["lambda"].get("callback", {}).get("records", 0)
-    return {
-        "state_items": n,
-        "waiter_rows": n,
-        "queue_depth": 1,
-        "executions": n + 1,
-        "records_per_read": max(1, round(records / reads)) if reads else 10,
-    }
-
-
-def calibrate_for(
-    config: CalibrationConfig, sizes: dict[str, int], *, log: Callable[[str], None]
-) -> dict[str, Any]:
-    """:func:`bench.calibrate.run` with the join's own operations timed as well."""
-    return calibrate.run(config, sizes, log=log, joins=True)
-
-
-def bounds(results: list[dict[str, Any]], calibration: dict[str, Any]) -> None:
-    """Add each run's engine bound and its ratio (achieved / bound) in place."""
-    per_call = calibration["per_call_ms"]
-    for result in results:
-        bound = calibrate.bound(mix_of(result), per_call)
-        result["bound"] = bound
-        achieved = float(result["members_per_s"])
-        result["ratio"] = {
-            key: round(achieved / value, 3) if value else None
-            for key, value in bound["edges_per_s"].items()
-        }
-        # The same against the process's CPU rather than the wall: what the ratio
-        # would be had the machine given the run a whole core (others' load aside).
-        cpu_ms = float(result["cpu_s"]) * 1000 / result["n"]
-        result["ratio_cpu"] = {
-            key: round(value / cpu_ms, 3) if cpu_ms else None
-            for key, value in bound["ms_per_edge"].items()
-        }
 
 
 # ------------------------------------------------------------------ model

@@ -64,7 +64,8 @@ def schedule(config: PatternConfig) -> list[tuple[int, int, str]]:
     plan: list[tuple[int, int, str]] = []
     for n in config.sizes:
         for rep in range(config.reps_for(n)):
-            order = PATTERNS[rep % len(PATTERNS) :] + PATTERNS[: rep % len(PATTERNS)]
+            designs = config.patterns
+            order = designs[rep % len(designs) :] + designs[: rep % len(designs)]
             plan.extend((n, rep, pattern) for pattern in order)
     for n in config.join_only_sizes:
         plan.extend((n, rep, JOIN) for rep in range(config.reps_for(n)))

@@ -595,17 +595,6 @@ def render(results: dict[str, Any]) -> str:
             f"## Calls per edge at n = {largest_n}",
             calls_per_edge(results, largest_n),
         ]
-    if "throughput" in results:
-        parts += [
-            "## Throughput of the local pipeline",
-            throughput(results),
-            "### Engine bound by call (largest scale)",
-            bound_breakdown(results),
-            "### CPU by thread (largest scale)",
-            cpu(results),
-            "### Idle polling by the pumps (largest scale)",
-            idle_polling(results),
-        ]
     if "handlers" in results:
         parts += ["## Handler costs", handlers(results)]
     if "costs" in results:
@@ -638,5 +627,60 @@ def render(results: dict[str, Any]) -> str:
                 "### Join cost per million edges (USD)",
                 join_costs(results),
             ]
+    parts += ["## Targets", targets(results)]
+    return "\n\n".join(parts) + "\n"
+
+
+def join_bounds(results: dict[str, Any]) -> str:
+    """Each timed join's wall time against the engine bound."""
+    rows = []
+    for row in results["joins"]["sizes"]:
+        if "error" in row:
+            rows.append([row["n"], f"failed: {row['error']}", *["-"] * 5])
+            continue
+        bound = row.get("bound", {}).get("edges_per_s", {})
+        rows.append(
+            [
+                row["n"],
+                row["wall_s"],
+                row["members_per_s"],
+                bound.get("calls"),
+                row.get("ratio", {}).get("calls"),
+                row.get("ratio_cpu", {}).get("calls"),
+                row.get("cpu", {}).get("cpu_per_wall"),
+            ]
+        )
+    header = [
+        "n",
+        "wall (s)",
+        "members/s",
+        "bound (members/s)",
+        "achieved / bound",
+        "by CPU / bound",
+        "CPU/wall",
+    ]
+    return _table(header, rows)
+
+
+def render_timing(results: dict[str, Any]) -> str:
+    """The tables of ``python -m bench.timing``: this machine's wall-clock figures."""
+    meta = results["meta"]
+    parts = [
+        f"# Timing ({meta['config']['name']}), {meta['generated_at']}",
+        f"{meta['cpu_count']} CPUs, Python {meta['python']}; {meta['duration_s']:.0f} s",
+    ]
+    if results["throughput"].get("largest"):
+        parts += [
+            "## Throughput of the local pipeline",
+            throughput(results),
+            "### Engine bound by call (largest scale)",
+            bound_breakdown(results),
+            "### CPU by thread (largest scale)",
+            cpu(results),
+            "### Idle polling by the pumps (largest scale)",
+            idle_polling(results),
+        ]
+    if results["joins"].get("sizes"):
+        parts += ["## Joins against the engine bound", join_bounds(results)]
     parts += ["## Targets", targets(results)]
     return "\n\n".join(parts) + "\n"

@@ -1,12 +1,15 @@
-"""``python -m bench``: run every section, print the tables, write ``results.json``.
+"""``python -m bench``: run every section, print the tables, write the results.
 
 Sections run one after the other, each in a fresh process by default (its own
 peak memory, no threads left over from the previous one): the three waiting
-designs, the throughput scales, the calibration of the engine bound (sized
-from the largest throughput scale), the handler costs, then one join per size
-(``bench/joins.py``) and the join's own calibration. The cost model and the
-targets are computed from their results. ``--merge`` reruns some sections into
-an existing ``results.json``.
+designs, the handler costs, then one join per size (``bench/joins.py``). The
+cost model and the targets are computed from their results. Everything goes
+to ``build/bench/results.json`` (git-ignored); the counts per member and the
+cost model, the figures that carry over to AWS, also to the small
+``--summary`` file (``make bench``: the committed ``bench/summary.json``,
+:mod:`bench.summary`). ``--merge`` reruns some sections into an existing
+results file. The wall-clock calibration, the engine bound and the CPU
+profile are the optional ``python -m bench.timing``'s.
 """
 
 from __future__ import annotations
@@ -27,21 +30,21 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench import calibrate, costs, handlers, joins, patterns, report, throughput
-from bench.config import FULL, JOIN, MAP, POLL, SMOKE, BenchConfig
+from bench import costs, handlers, joins, patterns, report
+from bench import summary as summary_
+from bench.config import FULL, JOIN, MAP, POLL, SMOKE, BenchConfig, TimingConfig
 from dependency_tracker.core.limits import SQS_MAX_BATCH_ENTRIES
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results.json"
+DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "build" / "bench" / "results.json"
 PACKAGES = ("moto", "boto3", "botocore", "aws-lambda-powertools", "pydantic")
-SECTIONS = ("patterns", "throughput", "calibration", "handlers", "joins")
+SECTIONS = ("patterns", "handlers", "joins")
 TARGET_JOIN_N = 100
 # The join's targets: write units per edge at these n (measured or derived), equal within 5 %.
 JOIN_UNIT_SIZES = (100, 1000, 10_000)
 JOIN_FLAT_TOLERANCE = 1.05
-JOIN_BOUND_RATIO = 0.5
 # A chunk's process invocation: 4 calls per member (membership row, claim, start, start
 # record) and at most 10 for the chunk itself (bench/joins.py; 8 measured). The join
 # message's invocation adds one read of the list and one SendMessageBatch per 10 chunks.
@@ -67,7 +70,10 @@ def _in_section(function: Callable[..., dict[str, Any]], *args: Any) -> dict[str
 
 
 def section(
-    config: BenchConfig, name: str, function: Callable[..., dict[str, Any]], *args: Any
+    config: BenchConfig | TimingConfig,
+    name: str,
+    function: Callable[..., dict[str, Any]],
+    *args: Any,
 ) -> dict[str, Any]:
     """One section, in a fresh (spawned) process when ``config.isolate``."""
     emit(f"[{name}]")
@@ -82,12 +88,6 @@ def _token_chars() -> int:
     return int(costs.assumption(costs.load_prices(), "aws_task_token_chars"))
 
 
-def _scale(
-    parents: int, dependencies: int, config: Any, *, log: Callable[[str], None]
-) -> dict[str, Any]:
-    return throughput.run_scale(parents, dependencies, config, log=log)
-
-
 def collect(config: BenchConfig, only: set[str] | None = None) -> dict[str, Any]:
     """Every section's results, the cost model and the targets."""
     started = time.perf_counter()
@@ -97,60 +97,15 @@ def collect(config: BenchConfig, only: set[str] | None = None) -> dict[str, Any]
         results["patterns"] = section(
             config, "patterns", patterns.run, config.patterns, _token_chars()
         )
-    if "throughput" in wanted or "calibration" in wanted:
-        results["throughput"] = run_throughput(config, calibrated="calibration" in wanted)
-        if "calibration" in results["throughput"]:
-            results["calibration"] = results["throughput"].pop("calibration")
     if "handlers" in wanted:
         results["handlers"] = section(config, "handlers", handlers.run, config.handlers)
     if "patterns" in results:
         results["costs"] = costs.model(results["patterns"])
     if "joins" in wanted:
-        shared = None if config.joins.own_calibration else results.get("calibration")
-        results["joins"] = run_joins(config, _map_write_units(results), shared)
+        results["joins"] = run_joins(config, _map_write_units(results))
     results["targets"] = evaluate(results)
     results["meta"]["duration_s"] = round(time.perf_counter() - started, 1)
     return results
-
-
-def run_throughput(config: BenchConfig, *, calibrated: bool) -> dict[str, Any]:
-    """Each scale (a failed scale is recorded, not fatal), then the engine bound."""
-    scales: list[dict[str, Any]] = []
-    for parents, dependencies in config.throughput.scales:
-        label = f"{parents} parents x {dependencies}"
-        try:
-            result = section(
-                config, f"throughput {label}", _scale, parents, dependencies, config.throughput
-            )
-        except Exception as exc:  # noqa: BLE001  (the largest scale the engine sustains is a result)
-            emit(f"  {label} failed: {exc!r}")
-            scales.append({"label": label, "parents": parents, "error": repr(exc)})
-            continue
-        result["label"] = label
-        scales.append(result)
-    done = [scale for scale in scales if "error" not in scale]
-    out: dict[str, Any] = {"scales": scales}
-    if not done:
-        return out
-    largest = max(done, key=lambda scale: scale["edges"])
-    out["largest"] = largest
-    if calibrated:
-        calibration = section(
-            config,
-            "calibration",
-            calibrate.run,
-            config.calibration,
-            calibrate.sizes_of(largest),
-        )
-        bound = calibrate.bound(calibrate.mix_of(largest), calibration["per_call_ms"])
-        out["calibration"] = calibration
-        out["bound"] = bound
-        achieved = float(largest["edges_per_s"])
-        out["ratio"] = {
-            key: round(achieved / value, 3) if value else None
-            for key, value in bound["edges_per_s"].items()
-        }
-    return out
 
 
 def _map_write_units(results: dict[str, Any]) -> float | None:
@@ -163,10 +118,8 @@ def _map_write_units(results: dict[str, Any]) -> float | None:
     return round(sum(v for k, v in capacity.items() if k.startswith("write_units")), 4)
 
 
-def run_joins(
-    config: BenchConfig, map_write_units: float | None, calibration: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """Each join size (a failed size is recorded, not fatal), the bound, the model, costs."""
+def run_joins(config: BenchConfig, map_write_units: float | None) -> dict[str, Any]:
+    """Each join size (a failed size is recorded, not fatal), the model, costs."""
     settings = config.joins
     token_chars = _token_chars()
     sizes: list[dict[str, Any]] = []
@@ -178,39 +131,19 @@ def run_joins(
             sizes.append({"n": n, "error": repr(exc)})
             continue
         sizes.append(result)
-    return finish_joins(config, sizes, map_write_units, calibration)
+    return finish_joins(config, sizes, map_write_units)
 
 
 def finish_joins(
-    config: BenchConfig,
-    sizes: list[dict[str, Any]],
-    map_write_units: float | None,
-    calibration: dict[str, Any] | None = None,
+    config: BenchConfig, sizes: list[dict[str, Any]], map_write_units: float | None
 ) -> dict[str, Any]:
-    """The joins section from its runs: the bound (calibrated now unless given), model, costs."""
+    """The joins section from its runs: the model and the costs."""
     settings = config.joins
     sizes = sorted(sizes, key=lambda result: result["n"])
     done = [result for result in sizes if "error" not in result]
     out: dict[str, Any] = {"config": dataclasses.asdict(settings), "sizes": sizes}
     if not done:
         return out
-    basis = min(done, key=lambda result: abs(result["n"] - settings.calibrate_at))
-    out["calibrated_at_n"] = basis["n"]
-    if calibration is None:
-        try:
-            calibration = section(
-                config,
-                "join calibration",
-                joins.calibrate_for,
-                config.calibration,
-                joins.sizes_of(basis),
-            )
-        except Exception as exc:  # noqa: BLE001  (the counts stand without the bound)
-            emit(f"  join calibration failed: {exc!r}")
-            calibration = {"error": repr(exc)}
-    out["calibration"] = calibration
-    if "per_call_ms" in calibration:
-        joins.bounds(done, calibration)
     out["model"] = joins.model(
         done, settings.derived_sizes, map_write_units_per_edge=map_write_units
     )
@@ -271,20 +204,6 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
         )
     if "costs" in results:
         targets.extend(_callback_targets(summary, results["costs"]["ten_minute_wait_transitions"]))
-    section = results.get("throughput", {})
-    if section.get("ratio"):
-        ratio = section["ratio"]["calls"]
-        targets.append(
-            {
-                "name": "throughput_vs_bound",
-                "target": "local pipeline reaches >= 1/2 of the engine bound (moto calls per edge)",
-                "measured": f"{ratio:.2f} ({section['largest']['edges_per_s']:.2f} of "
-                f"{section['bound']['edges_per_s']['calls']:.2f} edges/s, "
-                f"{section['largest']['label']})",
-                "value": ratio,
-                "met": ratio >= 0.5,
-            }
-        )
     targets.extend(_join_targets(results.get("joins", {})))
     rows = results.get("handlers", {}).get("update_state", [])
     largest = max(rows, key=lambda row: row["waiters"], default=None)
@@ -359,22 +278,6 @@ def _join_targets(section: dict[str, Any]) -> list[dict[str, Any]]:
         }
     )
     targets.append(_join_platform_target(done))
-    timed = [row for row in done if "ratio" in row and row["n"] >= section["calibrated_at_n"]]
-    if timed:
-        ratios = [row["ratio"]["calls"] for row in timed]
-        targets.append(
-            {
-                "name": "join_wall_vs_bound",
-                "target": "join: embedded-stack wall time >= 1/2 of the engine bound at every "
-                "n (linear in n)",
-                "measured": ", ".join(
-                    f"{row['ratio']['calls']:.2f} at n = {row['n']:,} ({row['wall_s']:.0f} s)"
-                    for row in timed
-                ),
-                "value": min(ratios),
-                "met": min(ratios) >= JOIN_BOUND_RATIO,
-            }
-        )
     return targets
 
 
@@ -477,6 +380,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one process (CI)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="results.json path")
     parser.add_argument(
+        "--summary",
+        type=Path,
+        help="also write the counts per member and the cost model here (make bench: "
+        "bench/summary.json)",
+    )
+    parser.add_argument(
         "--only", action="append", choices=SECTIONS, help="run only this section (repeatable)"
     )
     parser.add_argument("--no-isolate", action="store_true", help="run sections in this process")
@@ -508,4 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     args.output.write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
     sys.stdout.write(report.render(results))
     emit(f"results written to {args.output}")
+    if args.summary is not None:
+        summary_.write(summary_.summarize(results), args.summary)
+        emit(f"summary written to {args.summary}")
     return 0

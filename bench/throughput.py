@@ -5,7 +5,8 @@ All parents are started at once; every edge goes through the whole pipeline
 update-state, the stream, the callback, the parent's iteration). The figure is
 resolved edges per second from the first parent's start to the last parent's
 resume. The calls each edge needed are counted on the way, so that
-:mod:`bench.calibrate` can time each of them in isolation (the engine bound).
+:mod:`bench.timing` can time each of them in isolation (the engine bound).
+Wall-clock figures of this machine: only ``python -m bench.timing`` runs it.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from bench import history
 from bench.config import JOIN, MAP, ThroughputConfig
 from bench.counting import TRACKER, instrument
 from bench.patterns import DATA_PLUMBING
-from bench.profiling import ThreadCpu
 from bench.stack import JOIN_MACHINE, MAP_MACHINE, local_stack, payload, warm_interpreter
 from bench.stats import mean, rounded
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from bench.joins import Profiler
     from dependency_tracker_local import EmbeddedStack
 
 
@@ -45,9 +46,14 @@ def overlap(assignment: list[list[int]]) -> float:
 
 
 def run_scale(
-    parents: int, dependencies: int, config: ThroughputConfig, *, log: Callable[[str], None]
+    parents: int,
+    dependencies: int,
+    config: ThroughputConfig,
+    *,
+    log: Callable[[str], None],
+    profiler: Callable[[float], Profiler],
 ) -> dict[str, Any]:
-    """One scale on a fresh stack."""
+    """One scale on a fresh stack; ``profiler(interval)`` samples where the CPU went."""
     assignment = plan(parents, dependencies, config.stride)
     tag = f"t{parents}x{dependencies}"
     with local_stack() as stack:
@@ -61,7 +67,7 @@ def run_scale(
         tools.calls.drain()
         tools.invocations.drain()
         depth = _DepthSampler(stack, interval=config.profile_interval)
-        cpu = ThreadCpu(config.profile_interval)
+        cpu = profiler(config.profile_interval)
         cpu.start()
         depth.start()
         started = time.perf_counter()
