@@ -23,6 +23,9 @@ limit; this module models what Lambda itself does around the functions:
   ``ScalingConfig.MaximumConcurrency`` outside 2..1,000. The SQS pump holds the process
   trigger's maximum concurrency.
 
+The functions' settings come from ``template.yaml`` through the one template reader,
+:mod:`dependency_tracker_local.template`.
+
 ``EmbeddedStack`` turns the model on unless given ``platform=False`` or run with
 ``DEPTRACK_PLATFORM=0``; ``docs/local.md`` ("The platform model") lists each behaviour
 and the AWS documentation it follows.
@@ -33,19 +36,18 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 import threading
 import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import yaml  # type: ignore[import-untyped]  # PyYAML comes with moto[s3,server]; no stubs here
+from dependency_tracker_local import template as template_reader
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
+    from pathlib import Path
 
 _log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -65,8 +67,6 @@ MIN_UNRESERVED_CONCURRENCY = 100
 # Event source mappings' ScalingConfig.MaximumConcurrency bounds.
 MIN_MAXIMUM_CONCURRENCY = 2
 MAX_MAXIMUM_CONCURRENCY = 1000
-
-TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "template.yaml"
 
 
 def wanted() -> bool:
@@ -197,9 +197,12 @@ class PlatformModel:
         install()
 
     @classmethod
-    def from_template(cls, path: Path = TEMPLATE_PATH) -> PlatformModel:
+    def from_template(cls, path: Path | None = None) -> PlatformModel:
         """The model with each function's ``RecursiveLoop`` as ``template.yaml`` sets it."""
-        functions = template_functions(load_template(path)) if path.is_file() else {}
+        path = path or template_reader.TEMPLATE_PATH
+        functions = (
+            template_functions(template_reader.load_template(path)) if path.is_file() else {}
+        )
         return cls(recursive_loop={f.name: f.recursive_loop for f in functions.values()})
 
     def loop_setting(self, function: str) -> str:
@@ -318,7 +321,7 @@ def _keeping_trace(original: Callable[..., Any]) -> Callable[..., Any]:
     return send_message
 
 
-# ---------------------------------------------------------------------- the template
+# ---------------------------------------------------------------------- the template's functions
 
 
 @dataclass(frozen=True)
@@ -333,106 +336,6 @@ class FunctionSettings:
     maximum_concurrency: Mapping[str, int]
 
 
-class _CfnLoader(yaml.SafeLoader):  # type: ignore[misc]
-    """YAML with CloudFormation's short-form tags read as their long forms."""
-
-
-def _short_form(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
-    value: Any
-    if isinstance(node, yaml.ScalarNode):
-        value = loader.construct_scalar(node)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)
-    if suffix in ("Ref", "Condition"):
-        return {suffix: value}
-    if suffix == "GetAtt" and isinstance(value, str):
-        value = value.split(".", 1)
-    return {f"Fn::{suffix}": value}
-
-
-_CfnLoader.add_multi_constructor("!", _short_form)
-
-
-def load_template(path: Path = TEMPLATE_PATH) -> dict[str, Any]:
-    """``template.yaml`` as plain data (short-form tags expanded)."""
-    loaded: dict[str, Any] = yaml.load(path.read_text(encoding="utf-8"), Loader=_CfnLoader)  # noqa: S506 - a SafeLoader
-    return loaded
-
-
-_NO_VALUE = object()
-_PSEUDO = {
-    "AWS::Region": "us-east-1",
-    "AWS::AccountId": "123456789012",
-    "AWS::Partition": "aws",
-    "AWS::URLSuffix": "amazonaws.com",
-    "AWS::StackName": "deptrack",
-}
-
-
-@dataclass
-class _Resolver:
-    """Just enough of CloudFormation's intrinsic functions for the settings read here."""
-
-    template: Mapping[str, Any]
-    parameters: Mapping[str, str]
-
-    def value(self, node: Any) -> Any:
-        if not (isinstance(node, dict) and len(node) == 1):
-            return node
-        ((key, argument),) = node.items()
-        if key == "Ref":
-            return self.ref(argument)
-        if key == "Fn::If":
-            name, yes, no = argument
-            return self.value(yes if self.condition(name) else no)
-        if key == "Fn::Sub" and isinstance(argument, str):
-            return re.sub(r"\$\{([^}!]+)\}", lambda m: str(self.ref(m.group(1))), argument)
-        if key == "Fn::Join":
-            separator, items = argument
-            resolved = self.value(items)
-            return separator.join(str(self.value(item)) for item in resolved)
-        if key.startswith("Fn::"):
-            msg = f"the platform model cannot resolve {key} here"
-            raise PlatformError(msg)
-        return node
-
-    def ref(self, name: str) -> Any:
-        if name == "AWS::NoValue":
-            return _NO_VALUE
-        if name in _PSEUDO:
-            return _PSEUDO[name]
-        declared = self.template.get("Parameters", {}).get(name)
-        if declared is None:
-            return name  # a resource: its logical id stands for its name
-        given = self.parameters.get(name, declared.get("Default", ""))
-        text = ",".join(given) if isinstance(given, list) else str(given)
-        return text.split(",") if declared.get("Type") == "CommaDelimitedList" else text
-
-    def condition(self, name: str) -> bool:
-        return self.truth(self.template.get("Conditions", {})[name])
-
-    def truth(self, node: Any) -> bool:
-        ((key, argument),) = node.items()
-        if key == "Condition":
-            return self.condition(argument)
-        if key == "Fn::Equals":
-            left, right = (self.value(side) for side in argument)
-            return str(left) == str(right)
-        if key == "Fn::Not":
-            return not self.truth(argument[0])
-        if key == "Fn::And":
-            return all(self.truth(item) for item in argument)
-        if key == "Fn::Or":
-            return any(self.truth(item) for item in argument)
-        msg = f"not a condition function: {key}"
-        raise PlatformError(msg)
-
-
-_FUNCTION_TYPES = ("AWS::Serverless::Function", "AWS::Lambda::Function")
-
-
 def template_functions(
     template: Mapping[str, Any], parameters: Mapping[str, str] | None = None
 ) -> dict[str, FunctionSettings]:
@@ -442,56 +345,27 @@ def template_functions(
 
     Raises:
         PlatformError: A concurrency setting is not a whole number (CloudFormation
-            refuses the property), or uses an intrinsic function the model cannot resolve.
+            refuses the property).
     """
-    resolver = _Resolver(template, parameters or {})
-    defaults = template.get("Globals", {}).get("Function", {})
-    functions: dict[str, FunctionSettings] = {}
-    for logical_id, resource in template.get("Resources", {}).items():
-        if resource.get("Type") not in _FUNCTION_TYPES:
-            continue
-        condition = resource.get("Condition")
-        if condition is not None and not resolver.condition(condition):
-            continue
-        properties = {**defaults, **resource.get("Properties", {})}
-        name = _local_name(logical_id, properties.get("FunctionName"))
-        reserved = resolver.value(properties.get("ReservedConcurrentExecutions", _NO_VALUE))
-        loop = resolver.value(properties.get("RecursiveLoop", _NO_VALUE))
-        functions[logical_id] = FunctionSettings(
+    deployed = template_reader.Deployed(dict(template), dict(parameters or {}))
+    return {
+        logical_id: FunctionSettings(
             logical_id=logical_id,
-            name=name,
+            name=function.name,
             reserved_concurrency=None
-            if reserved is _NO_VALUE
-            else _whole(logical_id, "ReservedConcurrentExecutions", reserved),
-            recursive_loop=TERMINATE if loop is _NO_VALUE else str(loop),
-            maximum_concurrency=_trigger_concurrency(resolver, logical_id, properties),
+            if function.reserved_concurrency is None
+            else _whole(logical_id, "ReservedConcurrentExecutions", function.reserved_concurrency),
+            recursive_loop=function.recursive_loop or TERMINATE,
+            maximum_concurrency={
+                event: _whole(
+                    logical_id, f"{event} MaximumConcurrency", trigger.maximum_concurrency
+                )
+                for event, trigger in function.sqs_triggers.items()
+                if trigger.maximum_concurrency is not None
+            },
         )
-    return functions
-
-
-def _local_name(logical_id: str, function_name: Any) -> str:
-    """The name the pumps give a function: its FunctionName after ``${Prefix}-``."""
-    if isinstance(function_name, dict) and isinstance(function_name.get("Fn::Sub"), str):
-        text: str = function_name["Fn::Sub"]
-        if text.startswith("${Prefix}-"):
-            return text.removeprefix("${Prefix}-")
-    return function_name if isinstance(function_name, str) else logical_id
-
-
-def _trigger_concurrency(
-    resolver: _Resolver, logical_id: str, properties: Mapping[str, Any]
-) -> dict[str, int]:
-    found: dict[str, int] = {}
-    for event_name, event in (properties.get("Events") or {}).items():
-        if event.get("Type") != "SQS":
-            continue
-        scaling = resolver.value((event.get("Properties") or {}).get("ScalingConfig", _NO_VALUE))
-        if not isinstance(scaling, dict):
-            continue
-        value = resolver.value(scaling.get("MaximumConcurrency", _NO_VALUE))
-        if value is not _NO_VALUE:
-            found[event_name] = _whole(logical_id, f"{event_name} MaximumConcurrency", value)
-    return found
+        for logical_id, function in template_reader.functions(deployed).items()
+    }
 
 
 def _whole(logical_id: str, what: str, value: Any) -> int:

@@ -21,7 +21,7 @@ from moto import mock_aws
 from dependency_tracker import app as app_module
 from dependency_tracker.app import App
 from dependency_tracker.cirrus.models import subscription_attributes
-from dependency_tracker.core import limits, settings
+from dependency_tracker.core import settings
 from dependency_tracker.core.clients import new_client
 from dependency_tracker.core.observability import logger
 from dependency_tracker.core.settings import Settings
@@ -29,6 +29,7 @@ from dependency_tracker.handlers import callback, cirrus_events, process, sweepe
 from dependency_tracker.table.schema import create_tables
 from dependency_tracker_local import definitions
 from dependency_tracker_local import platform as platform_model
+from dependency_tracker_local import template as template_reader
 from dependency_tracker_local.moto_costs import aws_like_costs
 from dependency_tracker_local.pumps import ExecutionPump, Pump, SchedulePump, SqsPump, StreamPump
 from dependency_tracker_local.queues import queue_arn
@@ -50,17 +51,32 @@ _MOTO_SFN_LOGGER = logging.getLogger("moto.stepfunctions.parser")
 STOP_TIMEOUT_SECONDS = 120.0
 # The sweeper's schedule, as the template's (rate(5 minutes)).
 DEFAULT_SWEEPER_INTERVAL_SECONDS = 300.0
+# A queue's outputs are its logical id + Url (+ Arn for a queue a trigger reads), but the
+# cirrus-events queue's kept their first names, which programs and tests read.
+_QUEUE_OUTPUTS = {"CirrusEventsQueue": "CirrusEventQueue", "CirrusEventsDlq": "CirrusEventDlq"}
 
 
 class EmbeddedStack:
     """Context manager running the embedded stack and its pumps (also named ``LocalStack``).
 
     On entry it starts moto in-process (state machines really execute), creates
-    the process queue with its DLQ, both tables (stream on the dependency
-    table), the payload bucket, registers every definition in ``stepfunctions/``
-    as ``{prefix}-{name}``, points the handlers' settings at these resources,
-    and starts the pumps. On exit it stops the pumps and moto and restores the
-    environment.
+    the queues its pumps read with their DLQs and redrive policies, both tables
+    (stream on the dependency table) and the payload bucket, as ``template.yaml``
+    declares them for ``prefix`` (:mod:`dependency_tracker_local.template`: names,
+    ``MaximumMessageSize``, ``MessageRetentionPeriod``, which DLQ each queue
+    redrives to, which queue each trigger reads), registers every definition in
+    ``stepfunctions/`` as ``{prefix}-{name}``, points the handlers' settings at
+    these resources, and starts the pumps. On exit it stops the pumps and moto
+    and restores the environment.
+
+    Two of the template's values are overridden, so a test sees a failed message
+    again within seconds: ``visibility_timeout`` (2 s; the template's queues say
+    360 to 720 s) and ``max_receive_count`` (3; the template's
+    ``ProcessMaxReceiveCount`` is 10). The payload bucket drops the template's
+    ``-{region}`` suffix: ``serve``'s bucket is ``{prefix}-payloads-{account}``, as
+    ``deptrack publish`` at a loopback endpoint names it. Outside a checkout (the
+    package installed without ``template.yaml``) the stack takes the same
+    resources from :func:`~dependency_tracker_local.template.builtin_resources`.
 
     With ``port`` (0 picks a free one) moto runs as a server on ``host``
     instead, so other processes can use the stack with any AWS SDK and
@@ -72,8 +88,8 @@ class EmbeddedStack:
     task output sizes, execution names, message sizes; see
     :mod:`dependency_tracker_local.strict` and the limits table in
     ``docs/local.md``), for the stack's handlers and for any other code in the
-    process, such as a user's own pipeline tests. Queues are
-    created with a ``MaximumMessageSize`` of 256 KiB, as the template's.
+    process, such as a user's own pipeline tests. Queues get the template's
+    ``MaximumMessageSize`` (256 KiB).
 
     With ``platform`` (the default, unless ``DEPTRACK_PLATFORM=0``) the stack
     also models Lambda's own guards (:mod:`dependency_tracker_local.platform`,
@@ -168,6 +184,8 @@ class EmbeddedStack:
         self.app: App | None = None
         self.pumps: dict[str, SqsPump | ExecutionPump | StreamPump | SchedulePump] = {}
         self._sweeper: SchedulePump | None = None
+        # (function, event) -> logical id of the queue that SQS trigger reads (the template's).
+        self._triggers: dict[tuple[str, str], str] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -185,7 +203,6 @@ class EmbeddedStack:
 
     def start(self) -> None:
         """Start moto, create every resource and start the pumps."""
-        names = self._names()
         # The AWS SDK's own variables, for any code in the process (moto is process-wide);
         # the tracker's settings go to the handlers through the stack's app, not the environment.
         self._set_env(
@@ -212,27 +229,30 @@ class EmbeddedStack:
         if self.strict:
             self._strict_block.enter_context(strict_limits())
         try:
-            self._model_platform()
+            path = template_reader.TEMPLATE_PATH
+            template = template_reader.load_template(path) if path.is_file() else None
+            self._model_platform(template)
+            resources = self._resources(template)
             self._start_moto()
-            self._create(names)
+            self._create(resources)
             if self._cirrus_prefix is not None:
                 self._create_cirrus(self._cirrus_prefix)
-            self.app = App(self._settings(names), self._handler_client)
+            self.app = App(self._settings(), self._handler_client)
             app_module.use(self.app)
             self._start_pumps()
         except BaseException:
             self.stop()
             raise
 
-    def _settings(self, names: dict[str, str]) -> Settings:
+    def _settings(self) -> Settings:
         """The handlers' settings: ``DEPTRACK_*`` variables that are set, the stack's resources."""
         found = self.outputs
         return Settings.from_env(
-            state_table=names["StateTableName"],
-            dependency_table=names["DependencyTableName"],
+            state_table=found["StateTableName"],
+            dependency_table=found["DependencyTableName"],
             prefix=self.prefix,
             workflow_arn_prefix=self._workflow_arn_prefix(),
-            payload_bucket=names["PayloadBucketName"],
+            payload_bucket=found["PayloadBucketName"],
             # As the template: the redrive policy's count, so the last receive answers.
             process_max_receive_count=self._max_receive_count,
             process_queue_url=found["ProcessQueueUrl"],
@@ -354,19 +374,22 @@ class EmbeddedStack:
 
     # ------------------------------------------------------------------ internals
 
-    def _names(self) -> dict[str, str]:
-        return {
-            "StateTableName": f"{self.prefix}-state",
-            "DependencyTableName": f"{self.prefix}-dependencies",
-            "PayloadBucketName": f"{self.prefix}-payloads-{ACCOUNT}",
-            "ProcessQueueName": f"{self.prefix}-process",
-            "ProcessDlqName": f"{self.prefix}-process-dlq",
-            "JoinQueueName": f"{self.prefix}-join-chunks",
-            "StatusReportQueueName": f"{self.prefix}-status-reports",
-            "StatusReportDlqName": f"{self.prefix}-status-reports-dlq",
-        }
+    def _resources(self, template: dict[str, Any] | None) -> template_reader.Resources:
+        """What the stack creates: the template's queues, tables and bucket for its parameters."""
+        cirrus = self._cirrus_prefix is not None
+        if template is None:
+            return template_reader.builtin_resources(
+                self.prefix, cirrus=cirrus, account=ACCOUNT, region=self.region
+            )
+        parameters = {"Prefix": self.prefix}
+        if self._cirrus_prefix is not None:
+            parameters["CirrusPrefix"] = self._cirrus_prefix
+        deployed = template_reader.Deployed(
+            template, parameters, account=ACCOUNT, region=self.region
+        )
+        return template_reader.describe(deployed)
 
-    def _model_platform(self) -> None:
+    def _model_platform(self, template: dict[str, Any] | None) -> None:
         """Check the template as a new account's Lambda would, and build the model.
 
         Outside a checkout (the package installed without ``template.yaml``) only
@@ -374,12 +397,9 @@ class EmbeddedStack:
         """
         if not self._platform_wanted:
             return
-        path = platform_model.TEMPLATE_PATH
         parameters = {} if self._cirrus_prefix is None else {"CirrusPrefix": self._cirrus_prefix}
         functions = (
-            platform_model.template_functions(platform_model.load_template(path), parameters)
-            if path.is_file()
-            else {}
+            {} if template is None else platform_model.template_functions(template, parameters)
         )
         platform_model.check_concurrency(functions, self._account_concurrency)
         self._process_maximum_concurrency = platform_model.process_maximum_concurrency(functions)
@@ -409,16 +429,17 @@ class EmbeddedStack:
             self._saved_env.setdefault(name, os.environ.get(name))
             os.environ[name] = value
 
-    def _create(self, names: dict[str, str]) -> None:
+    def _create(self, resources: template_reader.Resources) -> None:
         sqs = self.client("sqs")
-        queue_url, dlq_url = self._queue_with_dlq(
-            sqs, names["ProcessQueueName"], names["ProcessDlqName"]
-        )
-        report_url, report_dlq_url = self._queue_with_dlq(
-            sqs, names["StatusReportQueueName"], names["StatusReportDlqName"]
-        )
-        # As the template's: its failed chunks go to the process DLQ.
-        join_url, _ = self._queue_with_dlq(sqs, names["JoinQueueName"], names["ProcessDlqName"])
+        self._triggers = dict(resources.triggers)
+        queues = self._create_queues(sqs, resources)
+        names = {
+            f"{logical_id}Name": name
+            for logical_id, name in {**resources.tables, **resources.buckets}.items()
+        }
+        # serve's bucket has no region in its name: `deptrack publish` at a loopback
+        # endpoint (and docs/cli.md) name it {prefix}-payloads-{account}.
+        names["PayloadBucketName"] = names["PayloadBucketName"].removesuffix(f"-{self.region}")
         stream_arn = create_tables(
             self.client("dynamodb"),
             state_table=names["StateTableName"],
@@ -426,12 +447,12 @@ class EmbeddedStack:
         )
         self.client("s3").create_bucket(Bucket=names["PayloadBucketName"])
         substitutions = {
-            "ProcessQueueUrl": queue_url,
+            "ProcessQueueUrl": queues["ProcessQueueUrl"],
             "StateTableName": names["StateTableName"],
             "DependencyTableName": names["DependencyTableName"],
             "PayloadBucketName": names["PayloadBucketName"],
             "Prefix": self.prefix,
-            "StatusReportQueueUrl": report_url,
+            "StatusReportQueueUrl": queues["StatusReportQueueUrl"],
             **self._defaults,
         }
         sfn = self.client("stepfunctions")
@@ -445,14 +466,7 @@ class EmbeddedStack:
             )
             machines[name] = created["stateMachineArn"]
         self.outputs = {
-            "ProcessQueueUrl": queue_url,
-            "ProcessQueueArn": queue_arn(sqs, queue_url),
-            "ProcessDlqUrl": dlq_url,
-            "JoinQueueUrl": join_url,
-            "JoinQueueArn": queue_arn(sqs, join_url),
-            "StatusReportQueueUrl": report_url,
-            "StatusReportQueueArn": queue_arn(sqs, report_url),
-            "StatusReportDlqUrl": report_dlq_url,
+            **queues,
             "StateTableName": names["StateTableName"],
             "DependencyTableName": names["DependencyTableName"],
             "DependencyStreamArn": stream_arn,
@@ -464,8 +478,36 @@ class EmbeddedStack:
         if self.endpoint_url is not None:
             self.outputs["EndpointUrl"] = self.endpoint_url
 
+    def _create_queues(self, sqs: Any, resources: template_reader.Resources) -> dict[str, str]:
+        """Every queue of ``resources`` with its redrive policy; their outputs.
+
+        The template's attributes, but the stack's ``visibility_timeout`` wherever the
+        template sets one and the stack's ``max_receive_count`` in every redrive policy.
+        """
+        read = set(resources.triggers.values())
+        outputs: dict[str, str] = {}
+        arns: dict[str, str] = {}
+        # DLQs first: a redrive policy names its DLQ's ARN (no DLQ of the template has one).
+        for queue in sorted(resources.queues.values(), key=lambda q: q.redrive is not None):
+            attributes = dict(queue.attributes)
+            if "VisibilityTimeout" in attributes:
+                attributes["VisibilityTimeout"] = str(self._visibility_timeout)
+            if queue.redrive is not None:
+                redrive = {
+                    "deadLetterTargetArn": arns[queue.redrive.target],
+                    "maxReceiveCount": self._max_receive_count,
+                }
+                attributes["RedrivePolicy"] = json.dumps(redrive)
+            url = str(sqs.create_queue(QueueName=queue.name, Attributes=attributes)["QueueUrl"])
+            arns[queue.logical_id] = queue_arn(sqs, url)
+            output = _QUEUE_OUTPUTS.get(queue.logical_id, queue.logical_id)
+            outputs[f"{output}Url"] = url
+            if queue.logical_id in read:
+                outputs[f"{output}Arn"] = arns[queue.logical_id]
+        return outputs
+
     def _create_cirrus(self, cirrus_prefix: str) -> None:
-        """Lay out cirrus's deployment, and the tracker's queue on its workflow-event topic."""
+        """Lay out cirrus's deployment, and subscribe the tracker's queue to its event topic."""
         from dependency_tracker_local.cirrus import CirrusDeployment  # noqa: PLC0415
 
         deployment = self.cirrus = CirrusDeployment(
@@ -473,11 +515,7 @@ class EmbeddedStack:
         )
         deployment.create(self.client)
         found = deployment.outputs
-        sqs = self.client("sqs")
-        events_url, events_dlq_url = self._queue_with_dlq(
-            sqs, f"{self.prefix}-cirrus-events", f"{self.prefix}-cirrus-events-dlq"
-        )
-        events_arn = queue_arn(sqs, events_url)
+        events_arn = self.outputs["CirrusEventQueueArn"]
         # As the template subscribes it: raw delivery (the body is cirrus's event itself) and
         # the template's filter (template_contract/test_cirrus_mode.py holds both to it).
         self.client("sns").subscribe(
@@ -486,62 +524,47 @@ class EmbeddedStack:
             Endpoint=events_arn,
             Attributes=subscription_attributes(),
         )
-        self.outputs.update(
-            {
-                **found,
-                "CirrusEventQueueUrl": events_url,
-                "CirrusEventQueueArn": events_arn,
-                "CirrusEventDlqUrl": events_dlq_url,
-            }
-        )
+        self.outputs.update(found)
         # cirrus's own Lambdas read their configuration from the environment, as in Lambda.
         self._set_env(deployment.environment())
 
-    def _queue_with_dlq(self, sqs: Any, name: str, dlq_name: str) -> tuple[str, str]:
-        """A queue whose failed messages reach ``dlq_name`` after ``max_receive_count``."""
-        dlq_url = str(sqs.create_queue(QueueName=dlq_name)["QueueUrl"])
-        redrive = {
-            "deadLetterTargetArn": queue_arn(sqs, dlq_url),
-            "maxReceiveCount": self._max_receive_count,
-        }
-        queue_url = sqs.create_queue(
-            QueueName=name,
-            Attributes={
-                "VisibilityTimeout": str(self._visibility_timeout),
-                # As the template's queues: the tracker sizes its messages for 256 KiB.
-                "MaximumMessageSize": str(limits.SQS_DEFAULT_MAX_MESSAGE_BYTES),
-                "RedrivePolicy": json.dumps(redrive),
-            },
-        )["QueueUrl"]
-        return str(queue_url), dlq_url
+    def _sqs_pump(self, function: str, event: str, handler: Any, **options: Any) -> SqsPump:
+        """The pump of ``function``'s SQS trigger ``event``, on the queue the template names.
+
+        Raises:
+            TemplateError: The template gives ``function`` no such trigger.
+        """
+        logical_id = self._triggers.get((function, event))
+        if logical_id is None:
+            msg = f"template.yaml: function {function} has no SQS trigger {event}"
+            raise template_reader.TemplateError(msg)
+        output = _QUEUE_OUTPUTS.get(logical_id, logical_id)
+        return SqsPump(
+            sqs=self.client("sqs"),
+            queue_url=self.outputs[f"{output}Url"],
+            queue_arn=self.outputs[f"{output}Arn"],
+            handler=handler,
+            region=self.region,
+            function_name=function,
+            **options,
+        )
 
     def _start_pumps(self) -> None:
         invoker = self._invoker = Invoker(self._stdout)
         self.pumps = {
-            "sqs": SqsPump(
-                sqs=self.client("sqs"),
-                queue_url=self.outputs["ProcessQueueUrl"],
-                queue_arn=self.outputs["ProcessQueueArn"],
-                handler=invoker.wrap(process.lambda_handler),
-                region=self.region,
-            ),
+            "sqs": self._sqs_pump("process", "ProcessQueue", invoker.wrap(process.lambda_handler)),
             # The join queue's trigger: one chunk per invocation (BatchSize 1).
-            "joins": SqsPump(
-                sqs=self.client("sqs"),
-                queue_url=self.outputs["JoinQueueUrl"],
-                queue_arn=self.outputs["JoinQueueArn"],
-                handler=invoker.wrap(process.lambda_handler),
-                region=self.region,
+            "joins": self._sqs_pump(
+                "process",
+                "JoinQueue",
+                invoker.wrap(process.lambda_handler),
                 batch_size=1,
                 name="joins",
             ),
-            "reports": SqsPump(
-                sqs=self.client("sqs"),
-                queue_url=self.outputs["StatusReportQueueUrl"],
-                queue_arn=self.outputs["StatusReportQueueArn"],
-                handler=invoker.wrap(update_state.lambda_handler),
-                region=self.region,
-                function_name="update-state",
+            "reports": self._sqs_pump(
+                "update-state",
+                "StatusReports",
+                invoker.wrap(update_state.lambda_handler),
                 name="reports",
             ),
             "executions": ExecutionPump(
@@ -566,13 +589,10 @@ class EmbeddedStack:
             account=ACCOUNT,
         )
         if self.cirrus is not None:
-            self.pumps["cirrus-events"] = SqsPump(
-                sqs=self.client("sqs"),
-                queue_url=self.outputs["CirrusEventQueueUrl"],
-                queue_arn=self.outputs["CirrusEventQueueArn"],
-                handler=invoker.wrap(cirrus_events.lambda_handler),
-                region=self.region,
-                function_name="cirrus-events",
+            self.pumps["cirrus-events"] = self._sqs_pump(
+                "cirrus-events",
+                "CirrusEvents",
+                invoker.wrap(cirrus_events.lambda_handler),
                 name="cirrus-events",
             )
             self.pumps.update(self.cirrus.pumps(client=self.client, wrap=invoker.wrap))

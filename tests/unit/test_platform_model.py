@@ -19,6 +19,7 @@ import pytest
 from moto import mock_aws
 
 from dependency_tracker_local import platform
+from dependency_tracker_local import template as template_reader
 from dependency_tracker_local.pumps import SqsPump
 from dependency_tracker_local.stack import EmbeddedStack
 from tests.conftest import REGION, ROLE_ARN, wait_until
@@ -343,7 +344,7 @@ def test_the_pump_holds_the_trigger_maximum_concurrency(moto: None) -> None:
 
 
 def test_the_templates_reserved_and_trigger_concurrency_fit_a_new_account_of_10() -> None:
-    template = platform.load_template()
+    template = template_reader.load_template()
     for parameters in ({}, {"CirrusPrefix": "cirrus"}):
         functions = platform.template_functions(template, parameters)
         platform.check_concurrency(functions, account_concurrency=10)
@@ -435,7 +436,7 @@ def test_the_stack_refuses_to_start_on_a_template_a_new_account_refuses(
         "      ReservedConcurrentExecutions: 1\n",
         encoding="utf-8",
     )
-    monkeypatch.setattr(platform, "TEMPLATE_PATH", path)
+    monkeypatch.setattr(template_reader, "TEMPLATE_PATH", path)
 
     with (
         pytest.raises(platform.PlatformError, match=r"Sweeper \(1\)"),
@@ -454,6 +455,6 @@ def test_the_stack_models_the_platform_by_default() -> None:
     sqs_pump = pumps["sqs"]
     assert isinstance(sqs_pump, SqsPump)
     expected = platform.process_maximum_concurrency(
-        platform.template_functions(platform.load_template())
+        platform.template_functions(template_reader.load_template())
     )
     assert sqs_pump.maximum_concurrency == expected

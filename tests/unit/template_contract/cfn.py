@@ -1,11 +1,10 @@
 """Read ``template.yaml`` as CloudFormation would, just far enough for contract tests.
 
-:class:`Stack` resolves the intrinsic functions the template uses (``Ref``,
-``Fn::GetAtt``, ``Fn::Sub``, ``Fn::Join``, ``Fn::Split``, ``Fn::Select``,
-``Fn::If`` and the condition functions) for given parameter values, account and
-region, giving every resource the name and ARN it would get when deployed. SAM's
-``Globals`` are merged into each function the way SAM merges them (maps
-merged, everything else replaced).
+:class:`Stack` is local mode's reader (``dependency_tracker_local.template.Deployed``: the
+intrinsic functions ``Ref``, ``Fn::GetAtt``, ``Fn::Sub``, ``Fn::Join``, ``Fn::Split``,
+``Fn::Select``, ``Fn::If`` and the condition functions, resolved for given parameter values,
+account and region; SAM's ``Globals`` merged the way SAM merges them) plus the roles' IAM
+statements. The file itself is read with cfn-lint's decoder, which also checks that it parses.
 
 :class:`Statement` is an IAM statement with its resources resolved; ``allows``
 matches an action and a resource ARN the way IAM does (``*`` and ``?``
@@ -14,26 +13,33 @@ wildcards, case-sensitive resources, case-insensitive actions).
 
 from __future__ import annotations
 
-import copy
 import fnmatch
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cfnlint.decode import decode
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
+from dependency_tracker_local.template import ACCOUNT, PARTITION, REGION, STACK_NAME, Deployed
+
+__all__ = [
+    "ACCOUNT",
+    "LOG_DELIVERY_ACTIONS",
+    "PARTITION",
+    "REGION",
+    "ROOT",
+    "STACK_NAME",
+    "TEMPLATE_PATH",
+    "Stack",
+    "Statement",
+    "load_template",
+    "referenced_ids",
+]
 
 ROOT = Path(__file__).resolve().parents[3]
 TEMPLATE_PATH = ROOT / "template.yaml"
-
-ACCOUNT = "123456789012"
-REGION = "us-east-1"
-PARTITION = "aws"
-STACK_NAME = "deptrack-stack"
 
 # Log delivery for Step Functions logging has no resource-level permissions.
 LOG_DELIVERY_ACTIONS = frozenset(
@@ -48,16 +54,6 @@ LOG_DELIVERY_ACTIONS = frozenset(
         "logs:DescribeLogGroups",
     }
 )
-
-
-class _NoValue:
-    """``AWS::NoValue``: the property or list item disappears."""
-
-    def __repr__(self) -> str:
-        return "AWS::NoValue"
-
-
-NO_VALUE = _NoValue()
 _SUB = re.compile(r"\$\{([^}]+)\}")
 
 
@@ -69,14 +65,6 @@ def load_template(path: Path = TEMPLATE_PATH) -> dict[str, Any]:
         raise AssertionError(msg)
     plain: dict[str, Any] = json.loads(json.dumps(decoded, default=str))
     return plain
-
-
-@dataclass(frozen=True)
-class Physical:
-    """What ``Ref`` and ``Fn::GetAtt`` return for one deployed resource."""
-
-    ref: str
-    attributes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -98,82 +86,8 @@ class Statement:
         )
 
 
-@dataclass
-class Stack:
-    """The template deployed with ``parameters`` (defaults for the rest)."""
-
-    template: dict[str, Any]
-    parameters: dict[str, str] = field(default_factory=dict)
-    account: str = ACCOUNT
-    region: str = REGION
-    partition: str = PARTITION
-
-    def __post_init__(self) -> None:
-        unknown = set(self.parameters) - set(self.template.get("Parameters", {}))
-        if unknown:
-            msg = f"not template parameters: {sorted(unknown)}"
-            raise KeyError(msg)
-
-    # ------------------------------------------------------------------ sections
-
-    @property
-    def resources(self) -> dict[str, dict[str, Any]]:
-        """The ``Resources`` section (unresolved)."""
-        resources: dict[str, dict[str, Any]] = self.template["Resources"]
-        return resources
-
-    def of_type(self, kind: str) -> list[str]:
-        """Logical ids of the resources of one type, in template order."""
-        return [name for name, resource in self.resources.items() if resource["Type"] == kind]
-
-    def properties(self, logical_id: str) -> dict[str, Any]:
-        """Properties of a resource, with SAM ``Globals`` merged in (unresolved)."""
-        resource = self.resources[logical_id]
-        own: dict[str, Any] = resource.get("Properties", {})
-        section = resource["Type"].removeprefix("AWS::Serverless::")
-        if section == resource["Type"]:
-            return own
-        defaults = self.template.get("Globals", {}).get(section, {})
-        return _merge(copy.deepcopy(defaults), own)
-
-    def resolved_properties(self, logical_id: str) -> dict[str, Any]:
-        """Properties of a resource with every intrinsic function resolved."""
-        resolved: dict[str, Any] = self.resolve(self.properties(logical_id))
-        return resolved
-
-    def parameter(self, name: str) -> str | list[str]:
-        """Value of a parameter as CloudFormation passes it (lists for list types)."""
-        spec = self.template["Parameters"][name]
-        raw = self.parameters.get(name, spec.get("Default"))
-        if raw is None:
-            msg = f"parameter {name} has no default and no value"
-            raise KeyError(msg)
-        text = str(raw)
-        return text.split(",") if spec["Type"] == "CommaDelimitedList" else text
-
-    def condition(self, name: str) -> bool:
-        """Value of a named condition."""
-        return bool(self.resolve(self.template["Conditions"][name]))
-
-    # ------------------------------------------------------------------ physical resources
-
-    def physical(self, logical_id: str) -> Physical:
-        """``Ref`` value and attributes of a resource as deployed."""
-        kind = self.resources[logical_id]["Type"]
-        if kind not in _PHYSICAL:
-            return Physical(f"{logical_id}-physical-id")
-        name_key, build = _PHYSICAL[kind]
-        props = self.properties(logical_id)
-        name = (
-            str(self.resolve(props[name_key]))
-            if name_key in props
-            else f"{STACK_NAME}-{logical_id}-generated".lower()
-        )
-        return build(name, f"{self.partition}:{{service}}:{self.region}:{self.account}")
-
-    def arn_of(self, logical_id: str) -> str:
-        """ARN of a resource (``Fn::GetAtt X.Arn``)."""
-        return self.physical(logical_id).attributes["Arn"]
+class Stack(Deployed):
+    """The template deployed with ``parameters`` (defaults for the rest), with its IAM."""
 
     # ------------------------------------------------------------------ policies
 
@@ -231,176 +145,6 @@ class Stack:
     def allowed(self, logical_id: str, action: str, resource: str) -> bool:
         """Whether the statements of ``logical_id`` allow ``action`` on ``resource``."""
         return any(s.allows(action, resource) for s in self.statements(logical_id))
-
-    # ------------------------------------------------------------------ intrinsic functions
-
-    def resolve(self, value: Any) -> Any:
-        """``value`` with every intrinsic function evaluated."""
-        if isinstance(value, list):
-            items = [self.resolve(item) for item in value]
-            return [item for item in items if item is not NO_VALUE]
-        if isinstance(value, dict):
-            if len(value) == 1:
-                ((key, argument),) = value.items()
-                function = _FUNCTIONS.get(key)
-                if function is not None:
-                    return function(self, argument)
-            resolved = {key: self.resolve(item) for key, item in value.items()}
-            return {key: item for key, item in resolved.items() if item is not NO_VALUE}
-        return value
-
-    def ref(self, name: str) -> Any:
-        """``Ref``: a parameter, pseudo parameter or resource."""
-        pseudo = {
-            "AWS::AccountId": self.account,
-            "AWS::Region": self.region,
-            "AWS::Partition": self.partition,
-            "AWS::StackName": STACK_NAME,
-            "AWS::URLSuffix": "amazonaws.com",
-            "AWS::NoValue": NO_VALUE,
-        }
-        if name in pseudo:
-            return pseudo[name]
-        if name in self.template.get("Parameters", {}):
-            return self.parameter(name)
-        if name in self.resources:
-            return self.physical(name).ref
-        msg = f"Ref to unknown name {name!r}"
-        raise KeyError(msg)
-
-    def get_att(self, argument: Any) -> str:
-        """``Fn::GetAtt`` as ``X.Attr`` or ``[X, Attr]``."""
-        logical_id, attribute = (
-            argument.split(".", 1) if isinstance(argument, str) else self.resolve(argument)
-        )
-        attributes = self.physical(logical_id).attributes
-        if attribute not in attributes:
-            msg = f"{logical_id} has no attribute {attribute} here"
-            raise KeyError(msg)
-        return attributes[attribute]
-
-    def sub(self, argument: Any) -> str:
-        """``Fn::Sub`` with or without a variable map."""
-        text, variables = (argument, {}) if isinstance(argument, str) else argument
-
-        def replace(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name.startswith("!"):
-                return "${" + name[1:] + "}"
-            if name in variables:
-                return str(self.resolve(variables[name]))
-            if "." in name and not name.startswith("AWS::"):
-                return self.get_att(name)
-            value = self.ref(name)
-            return ",".join(value) if isinstance(value, list) else str(value)
-
-        return _SUB.sub(replace, text)
-
-
-def _function_if(stack: Stack, argument: Any) -> Any:
-    name, when_true, when_false = argument
-    return stack.resolve(when_true if stack.condition(name) else when_false)
-
-
-def _function_join(stack: Stack, argument: Any) -> str:
-    delimiter, items = argument
-    values = stack.resolve(items)
-    return str(delimiter).join(str(item) for item in values)
-
-
-def _function_split(stack: Stack, argument: Any) -> list[str]:
-    delimiter, text = argument
-    return str(stack.resolve(text)).split(delimiter)
-
-
-def _function_select(stack: Stack, argument: Any) -> Any:
-    index, items = argument
-    return stack.resolve(items)[int(stack.resolve(index))]
-
-
-_FUNCTIONS: dict[str, Any] = {
-    "Ref": Stack.ref,
-    "Fn::GetAtt": Stack.get_att,
-    "Fn::Sub": Stack.sub,
-    "Fn::If": _function_if,
-    "Fn::Join": _function_join,
-    "Fn::Split": _function_split,
-    "Fn::Select": _function_select,
-    "Fn::Equals": lambda stack, pair: stack.resolve(pair[0]) == stack.resolve(pair[1]),
-    "Fn::Not": lambda stack, items: not stack.resolve(items[0]),
-    "Fn::And": lambda stack, items: all(stack.resolve(item) for item in items),
-    "Fn::Or": lambda stack, items: any(stack.resolve(item) for item in items),
-    "Condition": lambda stack, name: stack.condition(name),
-}
-
-
-def _table(name: str, scope: str) -> Physical:
-    arn = f"arn:{scope.format(service='dynamodb')}:table/{name}"
-    return Physical(name, {"Arn": arn, "StreamArn": f"{arn}/stream/2026-01-01T00:00:00"})
-
-
-def _queue(name: str, scope: str) -> Physical:
-    _, _, region, account = scope.split(":")
-    url = f"https://sqs.{region}.amazonaws.com/{account}/{name}"
-    arn = f"arn:{scope.format(service='sqs')}:{name}"
-    return Physical(url, {"Arn": arn, "QueueName": name, "QueueUrl": url})
-
-
-def _bucket(name: str, scope: str) -> Physical:
-    partition = scope.partition(":")[0]
-    return Physical(name, {"Arn": f"arn:{partition}:s3:::{name}"})
-
-
-def _state_machine(name: str, scope: str) -> Physical:
-    arn = f"arn:{scope.format(service='states')}:stateMachine:{name}"
-    return Physical(arn, {"Arn": arn, "Name": name})
-
-
-def _function(name: str, scope: str) -> Physical:
-    return Physical(name, {"Arn": f"arn:{scope.format(service='lambda')}:function:{name}"})
-
-
-def _log_group(name: str, scope: str) -> Physical:
-    return Physical(name, {"Arn": f"arn:{scope.format(service='logs')}:log-group:{name}:*"})
-
-
-def _topic(name: str, scope: str) -> Physical:
-    arn = f"arn:{scope.format(service='sns')}:{name}"
-    return Physical(arn, {"TopicArn": arn, "TopicName": name})
-
-
-def _rule(name: str, scope: str) -> Physical:
-    return Physical(name, {"Arn": f"arn:{scope.format(service='events')}:rule/{name}"})
-
-
-def _role(name: str, scope: str) -> Physical:
-    partition, _, _, account = scope.split(":")
-    return Physical(name, {"Arn": f"arn:{partition}:iam::{account}:role/{name}"})
-
-
-# Resource type → (property holding its name, what Ref and GetAtt return).
-_PHYSICAL: dict[str, tuple[str, Callable[[str, str], Physical]]] = {
-    "AWS::DynamoDB::Table": ("TableName", _table),
-    "AWS::SQS::Queue": ("QueueName", _queue),
-    "AWS::S3::Bucket": ("BucketName", _bucket),
-    "AWS::Serverless::StateMachine": ("Name", _state_machine),
-    "AWS::StepFunctions::StateMachine": ("StateMachineName", _state_machine),
-    "AWS::Serverless::Function": ("FunctionName", _function),
-    "AWS::Lambda::Function": ("FunctionName", _function),
-    "AWS::Logs::LogGroup": ("LogGroupName", _log_group),
-    "AWS::SNS::Topic": ("TopicName", _topic),
-    "AWS::IAM::Role": ("RoleName", _role),
-    "AWS::Events::Rule": ("Name", _rule),
-}
-
-
-def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            base[key] = _merge(base[key], value)
-        else:
-            base[key] = value
-    return base
 
 
 def _as_list(value: Any) -> list[str]:
