@@ -287,9 +287,7 @@ class App:
         return self._part(
             "counting",
             lambda: JoinCounting(
-                joins=self.joins,
-                dependencies=self.dependencies,
-                retention_days=self.settings.waiter_retention_days,
+                joins=self.joins, retention_days=self.settings.waiter_retention_days
             ),
         )
 

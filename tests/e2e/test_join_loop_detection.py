@@ -19,7 +19,7 @@ import pytest
 
 from dependency_tracker.core.settings import ENV_JOIN_CHUNK_SIZE
 from dependency_tracker.joins.manifest import manifest_text
-from dependency_tracker.joins.registration import JoinRegistration, Position
+from dependency_tracker.joins.registration import JoinRegistration
 from dependency_tracker_local import LocalStack
 from tests.conftest import wait_until
 from tests.e2e.conftest import dependency, finished
@@ -27,6 +27,7 @@ from tests.e2e.conftest import dependency, finished
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from dependency_tracker.joins.member_list import Position
     from dependency_tracker.table.join_items import JoinItem
 
 MEMBERS = 24

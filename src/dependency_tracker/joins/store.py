@@ -4,7 +4,8 @@ Everything here keeps the join row's size and write rate constant in the
 number of members: per member, one conditional put (its membership row) and one
 two-item transaction (its membership row marked counted, one count shard
 added to); per chunk of members, one two-item transaction (the chunk row and
-the join row's ``registered`` count).
+the join row's ``registered`` count). The join row's decision, its one write
+to a terminal state, comes from joins/decision.py.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from botocore.exceptions import ClientError
 
 from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.core.limits import DDB_MAX_BATCH_GET_KEYS
+from dependency_tracker.joins.decision import JoinDecisions
 from dependency_tracker.joins.outputs import MemberOutcome
 from dependency_tracker.table.dynamodb import (
     batch_get,
@@ -28,7 +30,6 @@ from dependency_tracker.table.dynamodb import (
     values,
 )
 from dependency_tracker.table.items import (
-    JOIN_ROW_KEY,
     MembershipItem,
     Resolution,
     join_partition_for,
@@ -36,7 +37,6 @@ from dependency_tracker.table.items import (
     membership_id_for,
 )
 from dependency_tracker.table.join_items import (
-    CHUNK_KEY_PREFIX,
     JOIN_COUNT_SHARDS,
     ChunkItem,
     CountShardItem,
@@ -45,6 +45,7 @@ from dependency_tracker.table.join_items import (
     count_partition_for,
     shard_of,
 )
+from dependency_tracker.table.prefixes import CHUNK_KEY_PREFIX, COUNT_SHARD_KEY, JOIN_ROW_KEY
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -69,7 +70,7 @@ class Registration(StrEnum):
     DUPLICATE = "duplicate"  # an earlier chunk lists the same member
 
 
-class JoinStore:
+class JoinStore(JoinDecisions):
     """Reads and writes a join's rows; the flows hold the rules, this the access."""
 
     def __init__(
@@ -145,7 +146,9 @@ class JoinStore:
         }
         if chunks is not None:
             plain["chunks"] = chunks
-        join_key = key_attributes(payload_id=join_partition_for(chunk.join_id), waiter_id="join")
+        join_key = key_attributes(
+            payload_id=join_partition_for(chunk.join_id), waiter_id=JOIN_ROW_KEY
+        )
         row = chunk.to_item()
         return self._transact(
             [
@@ -270,7 +273,7 @@ class JoinStore:
                         "TableName": self.table_name,
                         "Key": key_attributes(
                             payload_id=count_partition_for(member.join_id, shard),
-                            waiter_id="counts",
+                            waiter_id=COUNT_SHARD_KEY,
                         ),
                         "UpdateExpression": (
                             f"ADD {outcome} :one SET join_id = :join, updated_at = :now, "
@@ -296,7 +299,9 @@ class JoinStore:
         """
         keys = [key_attributes(payload_id=join_partition_for(join_id), waiter_id=JOIN_ROW_KEY)]
         keys += [
-            key_attributes(payload_id=count_partition_for(join_id, shard), waiter_id="counts")
+            key_attributes(
+                payload_id=count_partition_for(join_id, shard), waiter_id=COUNT_SHARD_KEY
+            )
             for shard in range(JOIN_COUNT_SHARDS)
         ]
         join, succeeded, failed = None, 0, 0

@@ -18,10 +18,9 @@ from pydantic import (
 )
 
 from dependency_tracker.core.errors import InvalidMessageError
+from dependency_tracker.table.prefixes import RESERVED_ID_PREFIXES
 
 WORKFLOW_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
-# Keys the tracker uses for its own rows; a payload id cannot take them.
-RESERVED_ID_PREFIXES = ("join#", "waits#", "invalid-message/")
 # How deeply a payload may nest objects and arrays, the payload itself being level 1. AWS
 # names no bound, but pydantic's serializer stops at 255 levels and Python's json parser near
 # 1,000, and a parent's state and the queue message add a few levels around a payload: 100
@@ -237,3 +236,20 @@ def payload_id_for(features: list[Feature], process: ProcessDefinition) -> str:
         collections = "/".join(found) if found else "none"
     items = "/".join(sorted(f.id for f in features))
     return f"{collections}/workflow-{process.workflow}/{items}"
+
+
+# RESERVED_ID_PREFIXES is re-exported: it was defined here before table.prefixes.
+__all__ = [
+    "MAX_PAYLOAD_DEPTH",
+    "RESERVED_ID_PREFIXES",
+    "WORKFLOW_PATTERN",
+    "Feature",
+    "ProcessDefinition",
+    "ProcessPayload",
+    "Utf8Str",
+    "document_problem",
+    "keyed_payload_id",
+    "payload_id_for",
+    "printable",
+    "utf8_problem",
+]

@@ -22,7 +22,8 @@ from pydantic import BaseModel, ValidationError
 from dependency_tracker.core.enums import TERMINAL_STATES, PayloadState, utcnow
 from dependency_tracker.core.observability import logger
 from dependency_tracker.table.dynamodb import values
-from dependency_tracker.table.items import JOIN_ROW_KEY, PayloadStateItem
+from dependency_tracker.table.items import PayloadStateItem
+from dependency_tracker.table.prefixes import JOIN_ROW_KEY
 from dependency_tracker.table.rows import Row, is_bookkeeping_item, row_from_item
 
 if TYPE_CHECKING:

@@ -248,54 +248,6 @@ class DependencyTable:
                 resolved += sum(pool.map(resolve, page) if len(page) > 1 else map(resolve, page))
         return resolved
 
-    def decide_join(
-        self,
-        join_id: str,
-        state: PayloadState,
-        *,
-        error: DependencyError | None = None,
-        winner: str | None = None,
-        cycle: list[str] | None = None,
-        cause: str | None = None,
-    ) -> bool:
-        """Turn a join terminal, once; False if it already was (it fires only once)."""
-        sets = ["workflow_state = :state", "resolved_at = :now", "updated_at = :now"]
-        plain: dict[str, object] = {
-            "state": state.value,
-            "now": utcnow(),
-            "processing": PayloadState.PROCESSING.value,
-        }
-        names: dict[str, str] = {}
-        if error is not None:
-            sets.append("#error = :error")
-            names["#error"] = "error"
-            plain["error"] = error.value
-        if winner is not None:
-            sets.append("winner = :winner")
-            plain["winner"] = winner
-        if cause is not None:
-            sets.append("#cause = :cause")
-            names["#cause"] = "cause"
-            plain["cause"] = clip(cause, MAX_REFUSAL_CAUSE_CHARS)
-        if cycle is not None:
-            sets.append("#cycle = :cycle")
-            names["#cycle"] = "cycle"
-            # Ids in their key form (whole up to 2,048 bytes): a cycle of any ids fits.
-            plain["cycle"] = [partition_key(node) for node in cycle]
-        extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
-        return (
-            update_if(
-                self._client,
-                TableName=self.table_name,
-                Key=_key(join_partition_for(join_id), JOIN_ROW_KEY),
-                UpdateExpression="SET " + ", ".join(sets),
-                ConditionExpression="workflow_state = :processing",
-                ExpressionAttributeValues=values(**plain),
-                **extra,
-            )
-            is not None
-        )
-
     def mark_notified(
         self,
         payload_id: str,

@@ -12,6 +12,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.tokens import token_hash
 from dependency_tracker.table.keys import FULL_ATTRIBUTES, partition_key, sort_key
+from dependency_tracker.table.prefixes import (
+    EDGE_PARTITION_PREFIX,
+    INVALID_MESSAGE_WORKFLOW,
+    JOIN_PARTITION_PREFIX,
+    JOIN_ROW_KEY,
+    MEMBERSHIP_KEY_PREFIX,
+    WAITER_KEY_PREFIX,
+)
 
 _SERIALIZER = TypeSerializer()
 _DESERIALIZER = TypeDeserializer()
@@ -124,7 +132,7 @@ class InvalidMessageItem(TableItem):
 
     payload_id: str
     state: Literal[PayloadState.INVALID] = PayloadState.INVALID
-    workflow: str = "invalid-message"
+    workflow: str = INVALID_MESSAGE_WORKFLOW
     attempt: int = 0
     created_at: datetime
     updated_at: datetime
@@ -134,9 +142,6 @@ class InvalidMessageItem(TableItem):
     claimed_payload_id: str | None = None
     body_excerpt: str
     expiration_time: int
-
-
-WAITER_KEY_PREFIX = "token#"
 
 
 def waiter_id_for(task_token: str) -> str:
@@ -223,11 +228,6 @@ class WaiterItem(DependencyRow):
     error_name: DependencyError | None = None
 
 
-MEMBERSHIP_KEY_PREFIX = "join#"
-JOIN_PARTITION_PREFIX = "join#"
-JOIN_ROW_KEY = "join"
-
-
 def membership_id_for(join_id: str) -> str:
     """Sort key of a join's membership row under a member payload."""
     return f"{MEMBERSHIP_KEY_PREFIX}{join_id}"
@@ -248,9 +248,6 @@ class MembershipItem(DependencyRow):
 
     join_id: str
     chunk: int | None = None
-
-
-EDGE_PARTITION_PREFIX = "waits#"
 
 
 def edge_partition_for(waiter_payload_id: str) -> str:
@@ -293,3 +290,29 @@ def is_edge_item(item: dict[str, Any]) -> bool:
     key = item.get("payload_id")
     text = key.get("S") if isinstance(key, dict) else key
     return isinstance(text, str) and text.startswith(EDGE_PARTITION_PREFIX)
+
+
+# The key prefixes are re-exported: they were defined here before table.prefixes.
+__all__ = [
+    "EDGE_PARTITION_PREFIX",
+    "JOIN_PARTITION_PREFIX",
+    "JOIN_ROW_KEY",
+    "MEMBERSHIP_KEY_PREFIX",
+    "WAITER_KEY_PREFIX",
+    "DependencyRow",
+    "EdgeItem",
+    "InvalidMessageItem",
+    "MembershipItem",
+    "PayloadStateItem",
+    "Resolution",
+    "TableItem",
+    "WaiterItem",
+    "edge_id_for",
+    "edge_partition_for",
+    "is_edge_item",
+    "join_partition_for",
+    "key_attributes",
+    "membership_id_for",
+    "restore_keys",
+    "waiter_id_for",
+]

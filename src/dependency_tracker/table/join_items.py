@@ -24,26 +24,25 @@ from typing import Self
 from pydantic import BaseModel, Field
 
 from dependency_tracker.core.enums import DependencyError, PayloadState
-from dependency_tracker.table.items import (
-    JOIN_PARTITION_PREFIX,
-    JOIN_ROW_KEY,
-    DependencyRow,
-    TableItem,
-)
+from dependency_tracker.table.items import DependencyRow, TableItem, join_partition_for
 from dependency_tracker.table.keys import partition_key
+from dependency_tracker.table.prefixes import (
+    CHUNK_KEY_PREFIX,
+    COUNT_PARTITION_MARK,
+    COUNT_SHARD_KEY,
+    JOIN_ROW_KEY,
+)
 
 # Count shards per join. Counting a member is a transaction of two items (its
 # membership row and one shard), 2 write units per item on AWS; a partition takes
 # 1,000 write units a second, so one shard counts 500 members a second and four
 # count 2,000 (docs/performance.md, "Joins at scale").
 JOIN_COUNT_SHARDS = 4
-COUNT_SHARD_KEY = "counts"
-CHUNK_KEY_PREFIX = "chunk#"
 
 
 def count_partition_for(join_id: str, shard: int) -> str:
     """Partition key of one of a join's count shards."""
-    return f"{JOIN_PARTITION_PREFIX}{join_id}#counts#{shard}"
+    return f"{join_partition_for(join_id)}{COUNT_PARTITION_MARK}{shard}"
 
 
 def shard_of(member: str) -> int:
@@ -166,7 +165,7 @@ class ChunkItem(TableItem):
     ) -> Self:
         """The chunk row for ``members`` (whole ids; stored in their key form)."""
         return cls(
-            payload_id=f"{JOIN_PARTITION_PREFIX}{join_id}",
+            payload_id=join_partition_for(join_id),
             waiter_id=chunk_id_for(index),
             join_id=join_id,
             index=index,

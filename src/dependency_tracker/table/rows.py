@@ -6,15 +6,9 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
 
-from dependency_tracker.table.items import (
-    JOIN_ROW_KEY,
-    MEMBERSHIP_KEY_PREFIX,
-    MembershipItem,
-    WaiterItem,
-    is_edge_item,
-    restore_keys,
-)
+from dependency_tracker.table.items import MembershipItem, WaiterItem, is_edge_item, restore_keys
 from dependency_tracker.table.join_items import JoinItem, is_join_bookkeeping
+from dependency_tracker.table.prefixes import JOIN_ROW_KEY, MEMBERSHIP_KEY_PREFIX
 
 _DESERIALIZER = TypeDeserializer()
 

@@ -33,6 +33,7 @@ from dependency_tracker.table.items import (
     join_partition_for,
     waiter_id_for,
 )
+from dependency_tracker.table.prefixes import INVALID_MESSAGE_PREFIX
 from dependency_tracker.waits.messages import ProcessMessage, WaitMessage, read_message
 
 if TYPE_CHECKING:
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 
 __all__ = ["INVALID_MESSAGE_PREFIX", "ProcessAction", "ProcessFlow", "redact_tokens"]
 
-INVALID_MESSAGE_PREFIX = "invalid-message/"
 MAX_BODY_EXCERPT = 16 * 1024
 
 
@@ -232,7 +232,7 @@ class ProcessFlow:
         if join is None or (token is not None and join.task_token != token):
             return False
         cause = redact_tokens(cause, join.task_token)
-        if self.dependencies.decide_join(
+        if self.joins.joins.decide_join(
             join_id, PayloadState.FAILED, error=DependencyError.INVALID_JOIN, cause=cause
         ):
             logger.error("join failed on its last receive", extra={"reason": cause})

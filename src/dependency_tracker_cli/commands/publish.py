@@ -8,7 +8,6 @@ the payload bucket and prints its ``s3://`` url.
 
 import hashlib
 import json
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from dependency_tracker.payloads.bucket import MAX_PAYLOAD_BYTES
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker.table.items import PayloadStateItem
 from dependency_tracker.waits.messages import ProcessMessage, WaitMessage, read_message
-from dependency_tracker_cli import render
+from dependency_tracker_cli import io, render
 from dependency_tracker_cli.options import Json, aws_command, fail
 from dependency_tracker_cli.target import Target, is_loopback
 from dependency_tracker_cli.views import payload_json, payload_table
@@ -150,9 +149,9 @@ def publish(
     if not sources:
         fail("nothing to publish: give FILE|- ... or --manifest PATH", 2)
     publications = [
-        _validate(target, source, index, document)
+        _validate(target, where, document)
         for source in sources
-        for index, document in _documents(source)
+        for where, document in io.documents(source)
     ]
     if check_workflows:
         _check_workflows(target, publications)
@@ -171,31 +170,7 @@ def publish(
         fail(f"{len(failed)} of {len(rows)} payload(s) did not succeed: {', '.join(failed)}")
 
 
-def _documents(source: str) -> list[tuple[int | None, Any]]:
-    """The JSON documents in a source: one object, or each element of an array."""
-    try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        # A wrong path is a usage error, not a message the tracker would refuse.
-        fail(f"{source}: no such file", 2)
-    except OSError as exc:
-        fail(f"{source}: cannot read: {exc.strerror or exc}", 2)
-    except UnicodeDecodeError as exc:
-        raise InvalidMessageError(f"{source}: not UTF-8 text") from exc
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidMessageError(f"{source}: not valid JSON: {exc}") from exc
-    if isinstance(document, list):
-        if not document:
-            raise InvalidMessageError(f"{source}: empty JSON array")
-        return list(enumerate(document))
-    return [(None, document)]
-
-
-def _validate(target: Target, source: str, index: int | None, document: Any) -> Publication:
-    name = "stdin" if source == "-" else source
-    where = name if index is None else f"{name}[{index}]"
+def _validate(target: Target, where: str, document: Any) -> Publication:
     body = json.dumps(document, separators=(",", ":"))
     try:
         message = read_message(body, load_url=target.bucket.read_url)
@@ -359,7 +334,7 @@ def _publish_manifest(
     target: Target, path: Path, *, bucket: str | None, check_workflows: bool, json_output: bool
 ) -> None:
     manifest = Manifest()
-    for where, document in _manifest_documents(path):
+    for where, document in io.manifest_documents(path):
         _add_entry(manifest, where, document)
     if not manifest.entries:
         raise InvalidMessageError(f"{path}: no entry: a manifest needs at least one")
@@ -401,42 +376,6 @@ def _publish_manifest(
             soft_wrap=True,
         )
     typer.echo(url)
-
-
-def _manifest_documents(path: Path) -> list[tuple[str, Any]]:
-    """``(where, document)`` for each entry: a directory's ``*.json`` files, or a file's lines.
-
-    A file whose first non-blank character is ``[`` is read as a JSON array.
-    """
-    if path.is_dir():
-        files = sorted((p for p in path.glob("*.json") if p.is_file()), key=lambda p: p.name)
-        if not files:
-            raise InvalidMessageError(f"{path}: no *.json file in the directory")
-        return [(str(file), _load(_read_text(file), str(file))) for file in files]
-    text = _read_text(path)
-    if text.lstrip().startswith("["):
-        document = _load(text, str(path))
-        return [(f"{path}[{index}]", entry) for index, entry in enumerate(document)]
-    return [
-        (f"{path}:{number}", _load(line, f"{path}:{number}"))
-        # Only \n ends a JSON Lines line (str.splitlines breaks at more).
-        for number, line in enumerate(text.split("\n"), start=1)
-        if line.strip()
-    ]
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8-sig")  # a byte order mark is dropped
-    except UnicodeDecodeError as exc:
-        raise InvalidMessageError(f"{path}: not UTF-8 text") from exc
-
-
-def _load(text: str, where: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidMessageError(f"{where}: not valid JSON: {exc}") from exc
 
 
 def _add_entry(manifest: Manifest, where: str, document: Any) -> None:

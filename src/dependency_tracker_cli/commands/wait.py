@@ -14,7 +14,6 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -27,7 +26,7 @@ from dependency_tracker.core.errors import (
     UnknownWorkflowError,
 )
 from dependency_tracker.payloads.model import ProcessPayload
-from dependency_tracker_cli import render
+from dependency_tracker_cli import io, render
 from dependency_tracker_cli.options import Json, aws_command, fail
 from dependency_tracker_cli.target import Target
 
@@ -213,13 +212,13 @@ def _dependencies(target: Target, sources: list[str]) -> Dependencies:
     """Every entry of the files, checked: a process payload, or an ``{"url": ...}`` to one."""
     found = Dependencies()
     for source in sources:
-        for where, entry in _entries(source):
+        for where, entry in io.documents(source):
             if not isinstance(entry, dict):
                 raise InvalidMessageError(f"{where}: expected a JSON object (a payload or {{url}})")
             document = entry
             if "url" in entry and "process" not in entry:
                 # Read here only to check it and to know its id; the parent passes the url on.
-                document = _load(
+                document = io.load_json(
                     target.bucket.read_url(str(entry["url"])), f"{where}: {entry['url']}"
                 )
             try:
@@ -236,31 +235,6 @@ def _dependencies(target: Target, sources: list[str]) -> Dependencies:
             found.ids.append(payload.id)
             found.workflows.add(payload.workflow)
     return found
-
-
-def _entries(source: str) -> list[tuple[str, Any]]:
-    """The JSON documents of a file (or stdin): one object, or each element of an array."""
-    name = "stdin" if source == "-" else source
-    if source == "-":
-        text = typer.get_text_stream("stdin").read()
-    else:
-        path = Path(source)
-        if not path.is_file():
-            fail(f"{source}: no such file", 2)
-        text = path.read_text(encoding="utf-8")
-    document = _load(text, name)
-    if isinstance(document, list):
-        if not document:
-            raise InvalidMessageError(f"{name}: empty JSON array")
-        return [(f"{name}[{index}]", entry) for index, entry in enumerate(document)]
-    return [(name, document)]
-
-
-def _load(text: str, where: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidMessageError(f"{where}: not valid JSON: {exc}") from exc
 
 
 def _check_workflows(target: Target, workflows: set[str]) -> None:

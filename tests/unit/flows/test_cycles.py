@@ -15,6 +15,7 @@ from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.tokens import token_hash
 from dependency_tracker.cycles.edges import WaitEdges
 from dependency_tracker.cycles.guard import Cycle, CycleGuard
+from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker.payloads.state_table import StateTable
 from dependency_tracker.table.items import (
@@ -431,7 +432,9 @@ def test_a_join_decided_before_a_redelivery_finds_a_cycle_stays_decided(aws: Aws
     message = read_message(body, message_id="m-j")
     assert flow(aws).handle(message) is ProcessAction.JOINED
     join_id = token_hash("token-j")
-    assert aws.dependencies.decide_join(join_id, PayloadState.SUCCEEDED)
+    assert JoinStore(aws.dynamodb, aws.dependencies.table_name).decide_join(
+        join_id, PayloadState.SUCCEEDED
+    )
     # AND since then w's own workflow waits on "loop/j": the cycle exists now
     waits = guard(aws).edges
     waits.add(payload_id("w"), ["loop/j"], via=waiter_id_for("token-w"))

@@ -22,7 +22,6 @@ from dependency_tracker.joins.manifest import manifest_text
 from dependency_tracker.joins.messages import JoinChunkMessage, JoinMessage
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.payloads.bucket import PayloadBucket
-from dependency_tracker.table.dependency_table import DependencyTable
 from dependency_tracker.table.items import (
     MembershipItem,
     Resolution,
@@ -345,14 +344,14 @@ def test_racing_counts_and_the_last_chunk_decide_the_join_exactly_once(
     assert harness.queued() == []
     last = chunks[1:]
     decided: list[bool] = []
-    real = DependencyTable.decide_join
+    real = JoinStore.decide_join
 
-    def counted_decide(self: DependencyTable, *args: Any, **kwargs: Any) -> bool:
+    def counted_decide(self: JoinStore, *args: Any, **kwargs: Any) -> bool:
         result = real(self, *args, **kwargs)
         decided.append(result)
         return result
 
-    monkeypatch.setattr(DependencyTable, "decide_join", counted_decide)
+    monkeypatch.setattr(JoinStore, "decide_join", counted_decide)
     registered = items[:4]
     # WHEN every registered member's record arrives twice, concurrently, while the last
     # chunk registers (and replays nothing: its members have not run)

@@ -21,7 +21,6 @@ from dependency_tracker.joins.counting import JoinCounting
 from dependency_tracker.joins.manifest import manifest_text
 from dependency_tracker.joins.store import JoinStore, Registration
 from dependency_tracker.joins.summary import read_summary
-from dependency_tracker.table.dependency_table import DependencyTable
 from dependency_tracker.table.items import (
     JOIN_ROW_KEY,
     MembershipItem,
@@ -60,17 +59,17 @@ class Harness(RegistrationHarness):
         self.decided: list[JoinItem] = []
         self.deliver = True
         real_output = CallbackFlow.join_output
-        real_decide = DependencyTable.decide_join
+        real_decide = JoinStore.decide_join
 
         def recorded_output(flow: CallbackFlow, join: JoinItem) -> str:
             text = real_output(flow, join)
             self.summaries.append(json.loads(text))
             return text
 
-        def decide_and_deliver(table: DependencyTable, join_id: str, *a: Any, **k: Any) -> bool:
-            decided = real_decide(table, join_id, *a, **k)
+        def decide_and_deliver(store: JoinStore, join_id: str, *a: Any, **k: Any) -> bool:
+            decided = real_decide(store, join_id, *a, **k)
             if decided:
-                row = table.get_join(join_id)
+                row = store.get(join_id)
                 assert row is not None
                 self.decided.append(row)
                 if self.deliver:
@@ -78,7 +77,7 @@ class Harness(RegistrationHarness):
             return decided
 
         monkeypatch.setattr(CallbackFlow, "join_output", recorded_output)
-        monkeypatch.setattr(DependencyTable, "decide_join", decide_and_deliver)
+        monkeypatch.setattr(JoinStore, "decide_join", decide_and_deliver)
 
     def finish(self, join_id: str, item: str, state: PayloadState) -> bool:  # type: ignore[override]
         """The member ended: resolve its membership row and deliver it; False if unregistered."""
@@ -235,7 +234,7 @@ def test_the_winner_is_named_as_the_lists_name_it(aws: Aws) -> None:
     assert joins.finish_chunk(ChunkItem.of("w", 0, members, [], now), chunks=1)
     won = Resolution(state=PayloadState.SUCCEEDED)
     assert aws.dependencies.resolve(long_id, membership_id_for("w"), won)
-    counting = JoinCounting(joins=joins, dependencies=aws.dependencies, retention_days=1)
+    counting = JoinCounting(joins=joins, retention_days=1)
     assert counting.record(rows[0], won)
     join = aws.dependencies.get_join("w")
     assert join is not None

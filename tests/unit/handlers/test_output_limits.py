@@ -357,7 +357,7 @@ def stored_join(
     decided = row.decision(succeeded, failed)
     assert decided is not None
     state, error = decided
-    assert aws.dependencies.decide_join(JOIN_ID, state, error=error, winner=winner)
+    assert joins.decide_join(JOIN_ID, state, error=error, winner=winner)
     stored = aws.dependencies.get_join(JOIN_ID)
     assert stored is not None
     return stored

@@ -98,7 +98,7 @@ def decided_join(aws: Aws, store: JoinStore, token: str) -> None:
         updated_at=now,
     )
     assert store.create(row)
-    aws.dependencies.decide_join("adopt", PayloadState.SUCCEEDED)
+    store.decide_join("adopt", PayloadState.SUCCEEDED)
 
 
 def test_a_join_passes_to_a_new_token_only_from_the_token_that_holds_it(aws: Aws) -> None:

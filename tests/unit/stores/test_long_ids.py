@@ -206,7 +206,7 @@ def test_join_with_a_long_member(aws: Aws, pid: str) -> None:
             PayloadState.FAILED,
             DependencyError.QUORUM_UNREACHABLE,
         )
-        assert aws.dependencies.decide_join(
+        assert joins.decide_join(
             "mosaic", PayloadState.FAILED, error=DependencyError.QUORUM_UNREACHABLE
         )
         stored = aws.dependencies.get_join("mosaic")
@@ -269,7 +269,7 @@ def test_a_join_refused_over_long_ids_records_them_in_key_form(aws: Aws, pid: st
         )
     )
     cycle = [pid, "short", pid]
-    assert aws.dependencies.decide_join(
+    assert JoinStore(aws.dynamodb, DEPENDENCY_TABLE).decide_join(
         "ring", PayloadState.FAILED, error=DependencyError.CYCLE, cycle=cycle
     )
     stored = aws.dependencies.get_join("ring")

@@ -15,7 +15,7 @@ import pytest
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 
 from dependency_tracker.core import settings
-from dependency_tracker.joins.registration import JOIN_MEMBERS_PREFIX
+from dependency_tracker.joins.member_list import JOIN_MEMBERS_PREFIX
 from dependency_tracker.payloads.chaining import CHAINED_PREFIX
 from dependency_tracker.payloads.results import RESULTS_PREFIX
 from dependency_tracker.payloads.runs import LARGE_INPUT_PREFIX

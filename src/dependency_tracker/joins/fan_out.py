@@ -1,0 +1,104 @@
+"""Fanning a join's chunks out: every later chunk's message, sent by the first chunk.
+
+When a join has more members than one chunk, the invocation that registers its
+first chunk finds where every later chunk starts (one streamed read of the
+member list) and sends each chunk's ``join_chunk`` message itself, ten to a
+``SendMessageBatch``. No chunk sends another: however long the list, a join is
+two hops of the same function (message, then chunks), far below the chain
+Lambda's recursive-loop detection stops (16 invocations), and chunks run side
+by side.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from dependency_tracker.core.errors import InvalidMessageError
+from dependency_tracker.core.limits import SQS_MAX_BATCH_ENTRIES
+from dependency_tracker.core.observability import logger, metrics
+from dependency_tracker.joins.member_list import Position
+from dependency_tracker.joins.messages import JoinChunk
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+    from dependency_tracker.joins.manifest import ManifestReader
+    from dependency_tracker.table.join_items import JoinItem
+
+
+class ChunkFanOut:
+    """Finds every later chunk's start and sends its message (a part of ``JoinRegistration``)."""
+
+    _manifests: ManifestReader
+    chunk_size: int
+    _sqs: SQSClient | None
+    _queue_url: str | None
+
+    def _chunk_starts(self, join: JoinItem, rest: Position) -> list[Position]:
+        """Where each chunk after the first starts: one pass over the rest of the list."""
+        try:
+            offsets = self._manifests.chunk_starts(
+                rest.url, offset=rest.offset, limit=self.chunk_size, version=rest.version
+            )
+        except InvalidMessageError as exc:
+            exc.task_token = exc.task_token or join.task_token
+            raise
+        return [Position(rest.url, offset, rest.version) for offset in offsets]
+
+    def _send_chunks(
+        self, join: JoinItem, first: int, starts: list[Position], *, chunks: int | None
+    ) -> None:
+        """Send the ``join_chunk`` messages of chunks ``first``, ``first + 1``, ... (10 a call).
+
+        A redelivered join message sends them again: each chunk is idempotent.
+        """
+        if self._sqs is None or self._queue_url is None:
+            msg = "a join can only continue through the process queue"
+            raise RuntimeError(msg)
+        bodies = [
+            json.dumps(
+                {
+                    "join_chunk": JoinChunk(
+                        join_id=join.join_id,
+                        index=first + number,
+                        offset=start.offset,
+                        payloads_url=start.url,
+                        etag=start.version.etag if start.version else None,
+                        version_id=start.version.version_id if start.version else None,
+                        chunks=chunks,
+                    ).model_dump(exclude_none=True)
+                }
+            )
+            for number, start in enumerate(starts)
+        ]
+        for batch_start in range(0, len(bodies), SQS_MAX_BATCH_ENTRIES):
+            batch = bodies[batch_start : batch_start + SQS_MAX_BATCH_ENTRIES]
+            entries = {str(batch_start + number): body for number, body in enumerate(batch)}
+            self._send_batch(self._sqs, self._queue_url, entries)
+        logger.info(
+            "join chunks sent",
+            extra={"first_chunk": first, "sent": len(bodies), "chunks": chunks},
+        )
+        metrics.add_metric(name="JoinChunksSent", unit=MetricUnit.Count, value=len(bodies))
+
+    @staticmethod
+    def _send_batch(sqs: SQSClient, queue_url: str, entries: dict[str, str]) -> None:
+        """One ``SendMessageBatch``; entries SQS failed are sent again once, then it raises."""
+        pending = entries
+        for attempt in range(2):
+            response = sqs.send_message_batch(
+                QueueUrl=queue_url,
+                Entries=[{"Id": key, "MessageBody": body} for key, body in pending.items()],
+            )
+            failed = response.get("Failed", [])
+            if not failed:
+                return
+            pending = {item["Id"]: entries[item["Id"]] for item in failed}
+            if attempt == 1 or any(item.get("SenderFault") for item in failed):
+                reasons = sorted({str(item.get("Code")) for item in failed})
+                msg = f"{len(failed)} join_chunk message(s) not sent: {', '.join(reasons)}"
+                # Retried with the whole join message: every chunk sent again is idempotent.
+                raise RuntimeError(msg)
