@@ -72,9 +72,7 @@ class EmbeddedStack:
     Two of the template's values are overridden, so a test sees a failed message
     again within seconds: ``visibility_timeout`` (2 s; the template's queues say
     360 to 720 s) and ``max_receive_count`` (3; the template's
-    ``ProcessMaxReceiveCount`` is 10). The payload bucket drops the template's
-    ``-{region}`` suffix: ``serve``'s bucket is ``{prefix}-payloads-{account}``, as
-    ``deptrack publish`` at a loopback endpoint names it. Outside a checkout (the
+    ``ProcessMaxReceiveCount`` is 10). Outside a checkout (the
     package installed without ``template.yaml``) the stack takes the same
     resources from :func:`~dependency_tracker_local.template.builtin_resources`.
 
@@ -437,9 +435,6 @@ class EmbeddedStack:
             f"{logical_id}Name": name
             for logical_id, name in {**resources.tables, **resources.buckets}.items()
         }
-        # serve's bucket has no region in its name: `deptrack publish` at a loopback
-        # endpoint (and docs/cli.md) name it {prefix}-payloads-{account}.
-        names["PayloadBucketName"] = names["PayloadBucketName"].removesuffix(f"-{self.region}")
         stream_arn = create_tables(
             self.client("dynamodb"),
             state_table=names["StateTableName"],

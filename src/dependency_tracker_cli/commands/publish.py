@@ -28,7 +28,7 @@ from dependency_tracker.table.items import PayloadStateItem
 from dependency_tracker.waits.messages import ProcessMessage, WaitMessage, read_message
 from dependency_tracker_cli import io, render
 from dependency_tracker_cli.options import Json, aws_command, fail
-from dependency_tracker_cli.target import Target, is_loopback
+from dependency_tracker_cli.target import Target
 from dependency_tracker_cli.views import payload_json, payload_table
 
 # SQS limits: a message, and a SendMessageBatch request (10 entries).
@@ -412,15 +412,11 @@ def _add_entry(manifest: Manifest, where: str, document: Any) -> None:
 
 
 def _payload_bucket(target: Target) -> str:
-    """The stack's payload bucket: its output, else the naming rule.
+    """The stack's payload bucket: its output, else the template's naming rule.
 
-    The template names it ``{prefix}-payloads-{account}-{region}``; ``serve``
-    (a loopback endpoint) ``{prefix}-payloads-{account}``.
+    ``{prefix}-payloads-{account}-{region}``, as the template and ``serve`` name it.
     """
     if target.names.payload_bucket:
         return target.names.payload_bucket
     account = str(target.client("sts").get_caller_identity()["Account"])
-    name = f"{target.prefix}-payloads-{account}"
-    if is_loopback(target.options.endpoint_url):
-        return name
-    return f"{name}-{target.session.region_name}"
+    return f"{target.prefix}-payloads-{account}-{target.session.region_name}"

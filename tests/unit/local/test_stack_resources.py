@@ -98,10 +98,7 @@ def assert_stack_follows(found: dict[str, Any], expected: template_reader.Resour
             assert redrive["deadLetterTargetArn"] == arns[target], queue.name
             assert int(redrive["maxReceiveCount"]) == MAX_RECEIVE_COUNT, queue.name
     assert found["tables"] == set(expected.tables.values())
-    # The one name local mode changes: serve's bucket has no region (docs/local.md).
-    assert found["buckets"] == {
-        name.removesuffix(f"-{REGION}") for name in expected.buckets.values()
-    }
+    assert found["buckets"] == set(expected.buckets.values())
 
 
 def start(stack: EmbeddedStack) -> tuple[dict[str, Any], dict[str, str]]:
