@@ -226,7 +226,7 @@ def join_cases(make: MakeDependency, *, join_members: int) -> list[Parent]:
                 f"join over {join_members} members, one token (runs last)",
                 join=True,
                 after_others=True,
-                # About 0.6 s a member on moto (docs/performance.md): 1 s each leaves room.
+                # About 0.6 s a member on moto (docs/performance-figures.md): 1 s each leaves room.
                 timeout_seconds=max(60, join_members),
             )
         )

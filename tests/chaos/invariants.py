@@ -379,7 +379,7 @@ class Invariants:
                 )
         return problems
 
-    # ------------------------------------------------ issue 15's invariants
+    # ---------------------------------- the Express and late-event invariants
 
     def _express_runs(self, counts: dict[str, int]) -> list[str]:
         """One run per attempt: the tracker started each Express attempt once, and every

@@ -172,7 +172,7 @@ def test_the_log_capture_would_see_a_leaked_token(log_lines: io.StringIO) -> Non
     assert "AQB-the-whole-token" in log_lines.getvalue()
 
 
-# ------------------------------------------------------------------ issue 15's faults
+# ------------------------------------------------ the Express and late-event faults
 
 ISSUE_15_KINDS = (
     "express_twin",
@@ -185,7 +185,7 @@ ALL_EXPRESS = {"express": 0.8, "express_fail": 0.2}
 ALL_STANDARD = {"pass": 0.7, "fail": 0.3}
 
 
-def issue_15_run(
+def express_faults_run(
     aws: Aws,
     monkeypatch: pytest.MonkeyPatch,
     *,
@@ -211,7 +211,7 @@ def issue_15_run(
 
 
 def without_rings(run: ChaosRun) -> None:
-    """No dependency cycles: these runs are about issue 15's faults (the long runs have both)."""
+    """No dependency cycles: these runs are about Express and late events (long runs have both)."""
     run.rings = []
     run.parents = [parent for parent in run.parents if parent.ring is None]
 
@@ -228,11 +228,11 @@ def without_rings(run: ChaosRun) -> None:
         ("parent_send_throttled", ALL_STANDARD),
     ],
 )
-def test_each_issue_15_fault_is_survived(
+def test_each_express_or_late_event_fault_is_survived(
     aws: Aws, monkeypatch: pytest.MonkeyPatch, kind: str, weights: dict[str, float]
 ) -> None:
     """Each new kind alone, often: injected, and every invariant holds."""
-    run, report = issue_15_run(aws, monkeypatch, rates={kind: 0.5}, weights=weights)
+    run, report = express_faults_run(aws, monkeypatch, rates={kind: 0.5}, weights=weights)
     assert report.faults[kind] > 0, report.render()
     assert report.ok, report.render()
     if kind == "callback_storm":
@@ -262,7 +262,7 @@ def test_the_express_invariant_fails_when_claimed_attempts_start_again(
         return original(self, workflow, seen)
 
     monkeypatch.setattr(Runs, "is_express", claimed_is_standard)
-    _, report = issue_15_run(
+    _, report = express_faults_run(
         aws,
         monkeypatch,
         rates={},
@@ -320,7 +320,7 @@ def test_the_run_invariants_fail_when_final_states_are_unordered(
     event delivered again, overwrites the recorded end."""
     kind, weights, invariant, symptom = case
     force_refused_final_states(monkeypatch)
-    _, report = issue_15_run(aws, monkeypatch, rates={kind: 1.0}, weights=weights)
+    _, report = express_faults_run(aws, monkeypatch, rates={kind: 1.0}, weights=weights)
     problems = violated(report, invariant)
     assert any(symptom in p for p in problems), problems
 
@@ -331,7 +331,7 @@ def test_the_lost_report_invariant_fails_without_the_express_lease(
 ) -> None:
     """Mutation: the lease never runs out: a later parent waits too, and nobody is told."""
     monkeypatch.setattr(Runs, "lease_expired", lambda *_, **__: False)
-    _, report = issue_15_run(
+    _, report = express_faults_run(
         aws, monkeypatch, rates={"express_report_lost": 1.0}, weights={"express": 1.0}
     )
     problems = violated(report, LOST_REPORTS)
@@ -342,13 +342,15 @@ def test_the_lost_report_invariant_fails_without_the_express_lease(
 def test_the_late_event_invariant_fails_when_a_lease_reruns_an_ended_run(
     aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Mutation: the lease treats every run as dead (before issue 15): a second attempt."""
+    """Mutation: the lease treats every run as dead (as before it described the run): a rerun."""
 
     def take_over(self: Runs, payload: Any, message_id: str | None, seen: Any) -> Any:
         return self.take_over(payload, message_id, seen)
 
     monkeypatch.setattr(Runs, "after_lease", take_over)
-    _, report = issue_15_run(aws, monkeypatch, rates={"late_event": 1.0}, weights={"pass": 1.0})
+    _, report = express_faults_run(
+        aws, monkeypatch, rates={"late_event": 1.0}, weights={"pass": 1.0}
+    )
     problems = violated(report, LATE_EVENTS)
     assert any("took over a run that had ended" in p for p in problems), problems
 
@@ -382,7 +384,7 @@ def test_a_failed_express_start_with_no_later_message_is_recovered(
     """One parent on one Express payload; the tracker's first start is throttled, and no
     other message ever comes: the claimer's own redelivery must not leave it CLAIMED.
 
-    The chaos run's finding (issue 15): the redelivery used to wait (an Express claim is
+    The chaos run's finding: the redelivery used to wait (an Express claim is
     never started twice) and was deleted, stranding the parent even past the lease.
     """
     configure(aws, monkeypatch)
