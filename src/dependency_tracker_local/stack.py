@@ -272,11 +272,19 @@ class EmbeddedStack:
 
         Raises:
             RuntimeError: The stack is not running.
+            TypeError: A name is not a setting.
+            pydantic.ValidationError: A value is not valid for its setting (nothing changes).
         """
         if self.app is None:
             msg = "the embedded stack is not running"
             raise RuntimeError(msg)
-        self.app = App(self.app.settings.model_copy(update=changes), self.app.clients)
+        unknown = set(changes) - set(Settings.model_fields)
+        if unknown:
+            msg = f"not settings: {', '.join(sorted(unknown))}"
+            raise TypeError(msg)
+        # Validated like the environment's values: a lease of "soon" is refused, not kept.
+        settings = Settings.model_validate({**self.app.settings.model_dump(), **changes})
+        self.app = App(settings, self.app.clients)
         app_module.use(self.app)
         return self.app
 

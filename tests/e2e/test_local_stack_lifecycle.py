@@ -6,6 +6,7 @@ import os
 import threading
 
 import pytest
+from pydantic import ValidationError
 
 from dependency_tracker import app
 from dependency_tracker_local import LocalStack
@@ -26,6 +27,23 @@ def test_the_handlers_settings_reach_them_through_the_app_not_the_environment() 
     # AND stopping restores the environment and forgets the app
     assert dict(os.environ) == before
     assert app.current_or_none() is None
+
+
+def test_configure_changes_a_setting_and_refuses_what_is_not_one() -> None:
+    with LocalStack(prefix="configured") as stack:
+        assert stack.app is not None
+        before = stack.app
+        # GIVEN a running stack WHEN a setting is changed THEN the handlers get a new app on it
+        changed = stack.configure(claim_lease_seconds=3600)
+        assert app.current() is changed is stack.app
+        assert changed.settings.claim_lease_seconds == 3600
+        assert changed.clients is before.clients
+        # AND a value that is no valid setting, or a name that is no setting, changes nothing
+        with pytest.raises(ValidationError):
+            stack.configure(claim_lease_seconds="soon")
+        with pytest.raises(TypeError, match="not settings: claim_lease"):
+            stack.configure(claim_lease=1)
+        assert app.current() is changed
 
 
 def test_stop_delivers_nothing_after_it_begins() -> None:
