@@ -25,6 +25,7 @@ from dependency_tracker.cycles.guard import CycleGuard
 from dependency_tracker.payloads.runs import Runs
 from dependency_tracker.payloads.state_table import StateTable
 from dependency_tracker.table.keys import partition_key
+from tests.chaos import injection
 from tests.chaos.faults import ALL_KINDS
 from tests.chaos.run import (
     CHAOS_CLAIM_LEASE_SECONDS,
@@ -331,6 +332,9 @@ def test_the_lost_report_invariant_fails_without_the_express_lease(
 ) -> None:
     """Mutation: the lease never runs out: a later parent waits too, and nobody is told."""
     monkeypatch.setattr(Runs, "lease_expired", lambda *_, **__: False)
+    # One more parent after the first later one shows the payload left; the run's eight
+    # would only wait out eight more leases.
+    monkeypatch.setattr(injection, "MORE_PARENTS", 1)
     _, report = express_faults_run(
         aws, monkeypatch, rates={"express_report_lost": 1.0}, weights={"express": 1.0}
     )
