@@ -137,8 +137,8 @@ class Settings(BaseModel, frozen=True):
             "cirrus_payload_root_prefix": os.getenv(ENV_CIRRUS_PAYLOAD_ROOT_PREFIX)
             or DEFAULT_CIRRUS_PAYLOAD_ROOT_PREFIX,
         }
-        for variable, field, least, most in (*INTEGER_VARIABLES, *SWEEPER_VARIABLES_RANGES):
-            number = _integer(variable, least, most)
+        for variable, field, least, most, rule in INTEGER_VARIABLES:
+            number = _integer(variable, least, most, rule)
             if number is not None:
                 values[field] = number
         values.update({key: value for key, value in overrides.items() if value is not None})
@@ -183,30 +183,31 @@ SWEEPER_VARIABLES = (
 )
 
 
-# (variable, field, smallest, largest or None) of the integer settings.
-INTEGER_VARIABLES: tuple[tuple[str, str, int, int | None], ...] = (
-    (ENV_WAITER_RETENTION_DAYS, "waiter_retention_days", 1, None),
-    (ENV_CLAIM_LEASE_SECONDS, "claim_lease_seconds", 1, None),
-    (ENV_JOIN_CHUNK_SIZE, "join_chunk_size", 1, MAX_JOIN_CHUNK_SIZE),
-    (ENV_PROCESS_MAX_RECEIVE_COUNT, "process_max_receive_count", 1, None),
-    (ENV_CYCLE_DEPTH, "cycle_depth", 0, None),
+_POSITIVE = "must be a positive integer"
+# (variable, field, smallest, largest or None, what a bad value is told) of the integer settings.
+INTEGER_VARIABLES: tuple[tuple[str, str, int, int | None, str], ...] = (
+    (ENV_WAITER_RETENTION_DAYS, "waiter_retention_days", 1, None, _POSITIVE),
+    (ENV_CLAIM_LEASE_SECONDS, "claim_lease_seconds", 1, None, _POSITIVE),
+    (ENV_JOIN_CHUNK_SIZE, "join_chunk_size", 1, MAX_JOIN_CHUNK_SIZE, _POSITIVE),
+    (ENV_PROCESS_MAX_RECEIVE_COUNT, "process_max_receive_count", 1, None, _POSITIVE),
+    (ENV_CYCLE_DEPTH, "cycle_depth", 0, None, "must be a non-negative integer"),
+    *(
+        (variable, field, least, None, f"must be an integer of at least {least}")
+        for variable, field, least in SWEEPER_VARIABLES
+    ),
 )
-SWEEPER_VARIABLES_RANGES = tuple((v, f, least, None) for v, f, least in SWEEPER_VARIABLES)
-_INTEGER_RULES = {0: "must be a non-negative integer", 1: "must be a positive integer"}
 
 
-def _integer(name: str, least: int, most: int | None) -> int | None:
+def _integer(name: str, least: int, most: int | None, rule: str) -> int | None:
     """The integer in variable ``name`` (None when unset).
 
     Raises:
-        ConfigurationError: Not an integer in ``least..most``.
+        ConfigurationError: Not an integer in ``least..most`` (``rule`` says what it must be).
     """
     text = os.getenv(name)
     if not text:
         return None
-    sweeper = name in {variable for variable, _, _ in SWEEPER_VARIABLES}
     if not text.isdigit() or int(text) < least:
-        rule = f"must be an integer of at least {least}" if sweeper else _INTEGER_RULES[least]
         raise ConfigurationError(name, rule)
     if most is not None and int(text) > most:
         raise ConfigurationError(name, f"must be at most {most}")
