@@ -356,6 +356,8 @@ class FakeParents:
     refused: Counter[str] = field(default_factory=Counter)
     late: dict[str, list[Sent]] = field(default_factory=dict)  # refused sends, kept
     gone: dict[str, str] = field(default_factory=dict)
+    # Every parent-gone code a token's sends were told: the plan's, and injected ones.
+    told_gone: dict[str, set[str]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def attach(self, client: Any) -> None:
@@ -365,6 +367,7 @@ class FakeParents:
     def parent_gone(self, token: str, code: str) -> None:
         """The parent of ``token`` timed out (or its token went invalid) before any resume."""
         with self._lock:
+            self.told_gone.setdefault(token, set()).add(code)
             if token not in self.sent:
                 self.gone.setdefault(token, code)
 

@@ -231,8 +231,9 @@ class Invariants:
     def _first_attempts(self, counts: dict[str, int]) -> list[str]:
         """A throttled send's first token, delivered: answered once, refused, recorded gone.
 
-        Its row (a waiter row, or a join's row) ends notified ``PARENT_GONE:TaskTimedOut``
-        (the tracker did not retry it, nor dead-letter it); its parent, by its retry's token,
+        Its row (a waiter row, or a join's row) ends notified ``PARENT_GONE:TaskTimedOut``, or
+        with the code an injected fault told its send instead (the tracker did not retry it,
+        nor dead-letter it); its parent, by its retry's token,
         is checked with the others (resumed once, right outcome).
         """
         problems: list[str] = []
@@ -256,7 +257,9 @@ class Invariants:
                 ConsistentRead=True,
             ).get("Item")
             outcome = None if item is None else item.get("notify_outcome", {}).get("S")
-            if outcome != "PARENT_GONE:TaskTimedOut":
+            # TaskTimedOut, or what an injected fault told a send instead (InvalidToken).
+            told = self.fake.told_gone.get(token, set()) | {"TaskTimedOut"}
+            if outcome not in {f"PARENT_GONE:{code}" for code in told}:
                 problems.append(f"{label}: row {key} notify_outcome {outcome}")
             else:
                 gone += 1
