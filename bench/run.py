@@ -343,7 +343,8 @@ def _callback_targets(
     return out
 
 
-def _sizes(text: str) -> tuple[int, ...]:
+def sizes(text: str) -> tuple[int, ...]:
+    """A comma-separated list of sizes (``--join-sizes``); empty parts are skipped."""
     return tuple(int(part) for part in text.split(",") if part.strip())
 
 
@@ -397,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--join-sizes",
-        type=_sizes,
+        type=sizes,
         help="members of the joins at scale, comma-separated (default: "
         + ",".join(str(n) for n in FULL.joins.sizes)
         + ")",

@@ -50,7 +50,7 @@ from moto.stepfunctions.parser.asl.utils.boto_client import boto_client_for
 
 from bench import costs, joins, report, throughput
 from bench.config import FULL_TIMING, SMOKE_TIMING, TimingConfig
-from bench.run import emit, section
+from bench.run import emit, section, sizes
 from bench.stack import (
     CHILD,
     MAP_MACHINE,
@@ -903,10 +903,6 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _sizes(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split(",") if part.strip())
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m bench.timing``."""
     parser = argparse.ArgumentParser(prog="python -m bench.timing", description=__doc__)
@@ -915,7 +911,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-isolate", action="store_true", help="run sections in this process")
     parser.add_argument(
         "--join-sizes",
-        type=_sizes,
+        type=sizes,
         help="members of the timed joins, comma-separated (default: "
         + ",".join(str(n) for n in FULL_TIMING.joins.sizes)
         + "; empty: none)",
