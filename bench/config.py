@@ -102,6 +102,12 @@ class JoinScaleConfig:
     derived_sizes: tuple[int, ...] = (100_000,)
     run_timeout: float = 3600.0
     quorum: int | None = None
+    # A join slower than this many members a second is given up on (past run_timeout).
+    slowest_members_per_second: float = 15.0
+
+    def timeout_for(self, n: int) -> float:
+        """How long a join of ``n`` members may run: ``run_timeout``, more for a huge join."""
+        return max(self.run_timeout, n / self.slowest_members_per_second)
 
 
 @dataclass(frozen=True)

@@ -158,11 +158,11 @@ def run_size(
             name=member_tag(n),
             input=json.dumps(body),
         )["executionArn"]
-        described = wait_stopped(sfn, arn, timeout=config.run_timeout, every=0.25)
+        described = wait_stopped(sfn, arn, timeout=config.timeout_for(n), every=0.25)
         if described["status"] != "SUCCEEDED":
             msg = f"join n={n} ended {described['status']}: {described.get('error')}"
             raise RuntimeError(msg)
-        tools.settle(parent_arn=arn, timeout=config.run_timeout)
+        tools.settle(parent_arn=arn, timeout=config.timeout_for(n))
         window_s = time.perf_counter() - started
         cpu_s = _cpu_s() - cpu_started
         profile = threads.stop() if threads is not None else None
@@ -231,7 +231,7 @@ def _join_input(
     config: JoinScaleConfig,
 ) -> tuple[dict[str, Any], bytes]:
     """The parent's input, and the member list as a manifest (uploaded unless inline)."""
-    body: dict[str, Any] = {"timeout_seconds": int(config.run_timeout) + 600}
+    body: dict[str, Any] = {"timeout_seconds": int(config.timeout_for(n)) + 600}
     if config.quorum is not None:
         body["quorum"] = config.quorum
     manifest = manifest_text(documents).encode("utf-8")

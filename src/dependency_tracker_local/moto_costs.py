@@ -40,6 +40,9 @@ from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.responses import DynamoHandler
 
+from dependency_tracker_local.moto_executions import indexed_executions
+from dependency_tracker_local.moto_speed import quick_requests
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
@@ -166,6 +169,8 @@ def _all_items(self: Table) -> list[Any]:
 def aws_like_costs() -> Iterator[None]:
     """Within the block, moto's DynamoDB costs what AWS's does and applies each request atomically.
 
+    moto's fixed per-request work is also done once (:func:`~.moto_speed.quick_requests`),
+    and Step Functions executions are found by key (:func:`~.moto_executions.indexed_executions`).
     Re-entrant.
     """
     global _depth, _original, _original_copy_module, _original_query, _original_all_items  # noqa: PLW0603 (one patch per process)
@@ -183,7 +188,8 @@ def aws_like_costs() -> Iterator[None]:
             DynamoHandler.call_action = _call_action  # type: ignore[method-assign]
         _depth += 1
     try:
-        yield
+        with quick_requests(), indexed_executions():
+            yield
     finally:
         with _lock:
             _depth -= 1
