@@ -8,7 +8,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from dependency_tracker.core.enums import PayloadState, utcnow
-from dependency_tracker.joins.store import MAX_CONFLICT_RETRIES, JoinStore
+from dependency_tracker.joins.row_access import MAX_CONFLICT_RETRIES
+from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.table.items import (
     JOIN_ROW_KEY,
     MembershipItem,
@@ -55,7 +56,7 @@ def member(aws: Aws) -> MembershipItem:
 
 
 def test_a_conflict_is_retried_and_counts_once(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dependency_tracker.joins.store.time.sleep", lambda _: None)
+    monkeypatch.setattr("dependency_tracker.joins.row_access.time.sleep", lambda _: None)
     flaky = Flaky(aws.dynamodb, cancelled("TransactionConflict"), failures=2)
     store = JoinStore(flaky, aws.dependencies.table_name)  # type: ignore[arg-type]
     row, done = member(aws), Resolution(state=PayloadState.SUCCEEDED)
@@ -68,7 +69,7 @@ def test_a_conflict_is_retried_and_counts_once(aws: Aws, monkeypatch: pytest.Mon
 def test_conflicts_past_the_retries_go_back_to_the_stream(
     aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("dependency_tracker.joins.store.time.sleep", lambda _: None)
+    monkeypatch.setattr("dependency_tracker.joins.row_access.time.sleep", lambda _: None)
     flaky = Flaky(aws.dynamodb, cancelled("TransactionConflict"), failures=99)
     store = JoinStore(flaky, aws.dependencies.table_name)  # type: ignore[arg-type]
     with pytest.raises(ClientError):

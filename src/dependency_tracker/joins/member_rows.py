@@ -1,0 +1,106 @@
+"""A join's members read back: the chunk rows' member lists and their membership rows' outcomes."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from dependency_tracker.core.limits import DDB_MAX_BATCH_GET_KEYS
+from dependency_tracker.joins.outputs import MemberOutcome
+from dependency_tracker.table.dynamodb import values
+from dependency_tracker.table.items import (
+    MembershipItem,
+    join_partition_for,
+    key_attributes,
+    membership_id_for,
+)
+from dependency_tracker.table.join_items import ChunkItem
+from dependency_tracker.table.prefixes import CHUNK_KEY_PREFIX
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from dependency_tracker.joins.row_access import RowAccess
+
+
+def member_outcomes(access: RowAccess, join_id: str) -> tuple[list[MemberOutcome], list[str]]:
+    """Each member the chunk rows name, once, with its outcome (manifest order); duplicates.
+
+    One ``Query`` page per ~1 MB of chunk rows, then one ``BatchGetItem`` per
+    100 members: read once, when the decided join's summary is sent (its
+    counts and lists both come from this read). A member whose row is not
+    written yet, or not terminal, is pending.
+    """
+    keys: list[str] = []
+    duplicates: list[str] = []
+    seen: set[str] = set()
+    for chunk in _chunks(access, join_id):
+        # A chunk lists its members before it knows which are duplicates of another
+        # chunk's: the first listing wins.
+        keys.extend(key for key in chunk.members if key not in seen)
+        seen.update(chunk.members)
+        duplicates.extend(chunk.duplicates)
+    found = _membership_rows(access, join_id, keys)
+    outcomes = []
+    for key in keys:
+        row = found.get(key)
+        if row is None:
+            outcomes.append(MemberOutcome(payload_id=key))
+            continue
+        done = row.workflow_state.is_terminal
+        outcomes.append(
+            MemberOutcome(
+                payload_id=row.payload_id,
+                state=row.workflow_state if done else None,
+                error=row.error if done else None,
+            )
+        )
+    return outcomes, duplicates
+
+
+def chunk_rows(access: RowAccess, chunk: ChunkItem) -> list[MembershipItem]:
+    """The membership rows ``chunk`` wrote (not those of members another chunk listed first)."""
+    rows = _membership_rows(access, chunk.join_id, chunk.members).values()
+    return [row for row in rows if row.chunk == chunk.index]
+
+
+def _membership_rows(access: RowAccess, join_id: str, keys: list[str]) -> dict[str, MembershipItem]:
+    """The join's membership rows of these members (key forms) that exist, by key form."""
+    membership = membership_id_for(join_id)
+    requests = [
+        [
+            key_attributes(payload_id=key, waiter_id=membership)
+            for key in keys[i : i + DDB_MAX_BATCH_GET_KEYS]
+        ]
+        for i in range(0, len(keys), DDB_MAX_BATCH_GET_KEYS)
+    ]
+    found: dict[str, MembershipItem] = {}
+
+    def fetch(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return list(access.batch_get(batch))
+
+    with ThreadPoolExecutor(max_workers=access.concurrency) as pool:
+        for items in pool.map(fetch, requests):
+            for item in items:
+                found[item["payload_id"]["S"]] = MembershipItem.from_item(item)
+    return found
+
+
+def _chunks(access: RowAccess, join_id: str) -> Iterator[ChunkItem]:
+    query: dict[str, Any] = {
+        "TableName": access.table_name,
+        "KeyConditionExpression": "payload_id = :pid AND begins_with(waiter_id, :chunk)",
+        "ExpressionAttributeValues": values(
+            pid=key_attributes(payload_id=join_partition_for(join_id))["payload_id"]["S"],
+            chunk=CHUNK_KEY_PREFIX,
+        ),
+        "ConsistentRead": True,
+    }
+    while True:
+        response = access.client.query(**query)
+        for item in response.get("Items", []):
+            yield ChunkItem.from_item(item)
+        last = response.get("LastEvaluatedKey")
+        if not last:
+            return
+        query["ExclusiveStartKey"] = last
