@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp
 
 .PHONY: venv venv-cirrus constraints lint format test test-unit test-e2e test-cirrus demo demo-cirrus check clean \
-	bench bench-smoke bench-timing chaos build build-host test-artifact
+	bench bench-smoke bench-timing bench-100k chaos build build-host test-artifact
 
 venv: $(STAMP)
 
@@ -58,6 +58,7 @@ $(CIRRUS_STAMP): pyproject.toml constraints.txt constraints-cirrus.txt
 	$(CIRRUS_BIN)/python -m pip install --quiet -c constraints.txt -e '.[local,cli,dev]'
 	$(CIRRUS_BIN)/python -m pip install --quiet --no-deps -r constraints-cirrus.txt
 	$(CIRRUS_IMPORT_CHECK)
+	$(CIRRUS_BIN)/cirrus --help > /dev/null
 	touch $(CIRRUS_STAMP)
 
 # The Lambda artifact (docs/deploy.md#build): src/requirements.txt's exact pins as
@@ -201,6 +202,11 @@ clean:
 BENCH_ARGS ?=
 bench: venv
 	$(BIN)/python -m bench --output build/bench/results.json --summary bench/summary.json $(BENCH_ARGS)
+
+# Optional: one 100,000-member join by manifest, end to end on the embedded stack with the
+# platform model on (goal: 45 minutes on 2 cores); its own results file, build/bench/join-100k.json.
+bench-100k: venv
+	$(BIN)/python -m bench --output build/bench/join-100k.json --only joins --join-sizes=100000
 
 # The same, tiny and in one process (well under a minute); the CI runs it as tests/bench.
 bench-smoke: venv

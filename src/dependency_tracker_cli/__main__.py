@@ -18,12 +18,14 @@ from dependency_tracker_cli.commands import (
     wait,
     waiters,
 )
+from dependency_tracker_cli.options import Command, Group
 
 app = typer.Typer(
     name="dependency-tracker",
     help="Event-driven dependency tracker for payload pipelines on AWS Step Functions.",
     no_args_is_help=True,
     add_completion=False,
+    cls=Group,
 )
 
 
@@ -48,21 +50,21 @@ def _root(
     """Event-driven dependency tracker for payload pipelines on AWS Step Functions."""
 
 
-@app.command()
+@app.command(cls=Command)
 def version() -> None:
     """Print the version (as --version does)."""
     print(__version__)
 
 
-app.command()(demo.demo)
-app.command()(serve.serve)
-app.command()(publish.publish)
-app.command()(wait.wait)
-app.command()(status.status)
-app.command()(waiters.waiters)
-app.command()(graph.graph)
-app.command()(stuck.stuck)
-app.command()(redrive.redrive)
+app.command(cls=Command)(demo.demo)
+app.command(cls=Command)(serve.serve)
+app.command(cls=Command)(publish.publish)
+app.command(cls=Command)(wait.wait)
+app.command(cls=Command)(status.status)
+app.command(cls=Command)(waiters.waiters)
+app.command(cls=Command)(graph.graph)
+app.command(cls=Command)(stuck.stuck)
+app.command(cls=Command)(redrive.redrive)
 
 
 def main() -> None:

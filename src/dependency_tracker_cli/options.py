@@ -6,6 +6,7 @@ import contextlib
 import functools
 import inspect
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from urllib.parse import urlparse
 
 import typer
 from botocore.exceptions import (
@@ -19,16 +20,54 @@ from botocore.exceptions import (
     PartialCredentialsError,
     ProfileNotFound,
 )
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from dependency_tracker.core import settings
 from dependency_tracker.core.errors import DependencyTrackerError
 from dependency_tracker_cli import render
-from dependency_tracker_cli.target import ConnectionOptions, Target, is_loopback
+from dependency_tracker_cli.target import (
+    ConnectionOptions,
+    Target,
+    WorkflowNotDeployedError,
+    is_loopback,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from typer._click import Context, Parameter
+
 _PANEL = "Where"
+
+
+def _flags_without_type(params: list[Parameter]) -> list[Parameter]:
+    """``params`` with no type shown for flags (``--json``, not ``--json <bool>``).
+
+    Typer's rich help prints every option's type, flags' too, although a flag
+    takes no value; an empty metavar leaves the column blank.
+    """
+    for param in params:
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class Command(TyperCommand):
+    """Every command's class (``app.command(cls=Command)``): flags show no type in ``--help``."""
+
+    def get_params(self, ctx: Context) -> list[Parameter]:
+        """The parameters, ``--help`` included, flags without a type."""
+        return _flags_without_type(super().get_params(ctx))
+
+
+class Group(TyperGroup):
+    """The app's class (``typer.Typer(cls=Group)``): its own flags show no type either."""
+
+    def get_params(self, ctx: Context) -> list[Parameter]:
+        """The parameters, ``--help`` and ``--version`` included, flags without a type."""
+        return _flags_without_type(super().get_params(ctx))
+
+
 ENV_STACK_NAME = "DEPTRACK_STACK_NAME"
 
 EndpointUrl = Annotated[
@@ -103,12 +142,33 @@ def aws_command(func: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(func)
     def command(**kwargs: Any) -> None:
         options = ConnectionOptions(**{p.name: kwargs.pop(p.name) for p in _CONNECTION_PARAMETERS})
+        problem = endpoint_url_problem(options.endpoint_url)
+        if problem is not None:
+            fail(problem, 2)
         with reported_errors(options):
             func(Target(options), **kwargs)
 
     command.__signature__ = inspect.Signature(exposed)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in exposed}
     return command
+
+
+def endpoint_url_problem(endpoint_url: str | None) -> str | None:
+    """Why ``endpoint_url`` is no endpoint (no ``http://`` or ``https://``, no host), or None.
+
+    Without this, botocore takes ``127.0.0.1:4600`` for a bare host name and
+    the command ends in an unrelated error about the region.
+    """
+    if not endpoint_url:
+        return None
+    parsed = urlparse(endpoint_url)
+    if parsed.scheme in {"http", "https"} and parsed.netloc:
+        return None
+    example = f"http://{endpoint_url}" if "://" not in endpoint_url else "http://127.0.0.1:4600"
+    return (
+        f"--endpoint-url (or $AWS_ENDPOINT_URL) {endpoint_url} needs a scheme and a host, "
+        f"e.g. {example}"
+    )
 
 
 @contextlib.contextmanager
@@ -122,6 +182,8 @@ def reported_errors(options: ConnectionOptions | None = None) -> Iterator[None]:
     """
     try:
         yield
+    except WorkflowNotDeployedError as exc:
+        fail(str(exc), exc.exit_code, hint=exc.hint)
     except DependencyTrackerError as exc:
         fail(str(exc), exc.exit_code)
     except ClientError as exc:

@@ -7,6 +7,7 @@ CloudFormation outputs; ``--prefix``: names follow the template's naming rule).
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 from dataclasses import dataclass
 from functools import cached_property
@@ -17,14 +18,17 @@ import boto3
 from botocore.config import Config
 
 from dependency_tracker.core import settings
+from dependency_tracker.core.errors import UnknownWorkflowError
 from dependency_tracker.payloads.bucket import PayloadBucket
 from dependency_tracker.payloads.state_table import StateTable
 from dependency_tracker.table.dependency_table import DependencyTable
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
 _CONFIG = Config(retries={"mode": "standard"})
+# Known workflows an unknown-workflow error lists (the rest are counted).
+_LISTED_WORKFLOWS = 8
 # A local endpoint without configured credentials or region gets these.
 LOCAL_REGION = "us-east-1"
 LOCAL_CREDENTIALS = ("testing", "testing")
@@ -103,6 +107,30 @@ def is_loopback(endpoint_url: str | None) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+class WorkflowNotDeployedError(UnknownWorkflowError):
+    """An unknown workflow, with what the stack has instead (``hint``: the nearest, the known)."""
+
+    def __init__(self, workflow: str, state_machine: str, known: Iterable[str]) -> None:
+        super().__init__(workflow, state_machine)
+        self.known = sorted(known)
+        self.hint = workflow_hint(workflow, self.known, prefix=state_machine[: -len(workflow)])
+
+
+def workflow_hint(workflow: str, known: list[str], *, prefix: str) -> str:
+    """``did you mean 'x'? known workflows: a, b, ...`` (the nearest only when one is close)."""
+    if not known:
+        return (
+            f"no state machine is named {prefix}...: check --prefix or --stack-name, "
+            "--region and --endpoint-url"
+        )
+    listed = ", ".join(known[:_LISTED_WORKFLOWS])
+    if len(known) > _LISTED_WORKFLOWS:
+        listed += f", ... ({len(known)} in all)"
+    close = difflib.get_close_matches(workflow, known, n=1)
+    nearest = f"did you mean {close[0]!r}? " if close else ""
+    return f"{nearest}known workflows: {listed}"
 
 
 class Target:
@@ -190,6 +218,19 @@ class Target:
         for page in self.client("stepfunctions").get_paginator("list_state_machines").paginate():
             names.update(str(machine["name"]) for machine in page["stateMachines"])
         return names
+
+    def require_workflows(self, workflows: Iterable[str]) -> None:
+        """Check every workflow has its ``{prefix}-{workflow}`` state machine.
+
+        Raises:
+            WorkflowNotDeployedError: The first (in the given order) that has none.
+        """
+        machines = self.state_machine_names()
+        head = f"{self.prefix}-"
+        for workflow in workflows:
+            if f"{head}{workflow}" not in machines:
+                known = (name.removeprefix(head) for name in machines if name.startswith(head))
+                raise WorkflowNotDeployedError(workflow, f"{head}{workflow}", known)
 
     def _queue_url(self, name: str) -> str:
         return str(self.client("sqs").get_queue_url(QueueName=name)["QueueUrl"])

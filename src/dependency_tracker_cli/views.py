@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     from dependency_tracker.table.items import PayloadStateItem
 
 
+# The payload id and the last execution's name: copied into other commands, never cut.
+PAYLOAD_TABLE_KEYS = (0, 4)
+
+
 def stored_result(item: PayloadStateItem) -> Any:
     """The stored result of a payload (inline JSON or an ``s3://`` pointer), or None."""
     text = item.model_dump().get("result_json")
@@ -54,14 +58,13 @@ def payload_table(
 ) -> Table:
     """Human view of payloads: state, attempts, executions, last error, result.
 
-    Print it with :func:`~dependency_tracker_cli.render.print_table` (key column 0).
+    Print it with :func:`~dependency_tracker_cli.render.print_table`, keys
+    :data:`PAYLOAD_TABLE_KEYS`.
     """
     table = Table(title=title)
-    table.add_column("payload")  # a key column: render.print_table keeps it whole
-    for column in ("state", "attempt", "executions"):
+    # Key columns (PAYLOAD_TABLE_KEYS): render.print_table keeps them whole.
+    for column in ("payload", "state", "attempt", "executions", "last execution"):
         table.add_column(column)
-    # Shortened, not folded: `status` shows whole execution ARNs.
-    table.add_column("last execution", no_wrap=True, overflow="ellipsis", max_width=36)
     for column in ("last error", "result", "updated"):
         table.add_column(column)
     for payload_id, item in rows:

@@ -19,7 +19,7 @@ import typer
 from pydantic import ValidationError
 
 from dependency_tracker.core import settings
-from dependency_tracker.core.errors import InvalidMessageError, UnknownWorkflowError
+from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.joins.manifest import manifest_text
 from dependency_tracker.joins.messages import JoinMessage
 from dependency_tracker.payloads.bucket import MAX_PAYLOAD_BYTES
@@ -29,7 +29,7 @@ from dependency_tracker.waits.messages import ProcessMessage, WaitMessage, read_
 from dependency_tracker_cli import io, render
 from dependency_tracker_cli.options import Json, aws_command, fail
 from dependency_tracker_cli.target import Target
-from dependency_tracker_cli.views import payload_json, payload_table
+from dependency_tracker_cli.views import PAYLOAD_TABLE_KEYS, payload_json, payload_table
 
 # SQS limits: a message, and a SendMessageBatch request (10 entries).
 MAX_MESSAGE_BYTES = 256 * 1024
@@ -194,12 +194,9 @@ def _validate(target: Target, where: str, document: Any) -> Publication:
 
 
 def _check_workflows(target: Target, publications: list[Publication]) -> None:
-    machines = target.state_machine_names()
-    for publication in publications:
-        for payload in publication.payloads:
-            name = f"{target.prefix}-{payload.workflow}"
-            if name not in machines:
-                raise UnknownWorkflowError(payload.workflow, name)
+    target.require_workflows(
+        payload.workflow for publication in publications for payload in publication.payloads
+    )
 
 
 def _send(target: Target, publications: list[Publication]) -> None:
@@ -305,7 +302,7 @@ def _show(
             soft_wrap=True,
         )
     if wait:
-        render.print_table(console, payload_table(rows, title="results"), keys=(0,))
+        render.print_table(console, payload_table(rows, title="results"), keys=PAYLOAD_TABLE_KEYS)
 
 
 # ---------------------------------------------------------------------------- --manifest

@@ -23,7 +23,6 @@ from rich.table import Table
 from dependency_tracker.core.errors import (
     DependencyTrackerError,
     InvalidMessageError,
-    UnknownWorkflowError,
 )
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker_cli import io, render
@@ -156,7 +155,7 @@ def wait(
     machine = JOIN if join or quorum is not None or manifest_url is not None else SINGLE
     dependencies = _dependencies(target, sources or [])
     if check_workflows and dependencies.workflows:
-        _check_workflows(target, dependencies.workflows)
+        target.require_workflows(sorted(dependencies.workflows))
     document = _input(
         dependencies,
         manifest_url=manifest_url,
@@ -235,13 +234,6 @@ def _dependencies(target: Target, sources: list[str]) -> Dependencies:
             found.ids.append(payload.id)
             found.workflows.add(payload.workflow)
     return found
-
-
-def _check_workflows(target: Target, workflows: set[str]) -> None:
-    machines = target.state_machine_names()
-    for workflow in sorted(workflows):
-        if f"{target.prefix}-{workflow}" not in machines:
-            raise UnknownWorkflowError(workflow, f"{target.prefix}-{workflow}")
 
 
 def _machine_arn(target: Target, machine: str) -> str:

@@ -133,3 +133,25 @@ def test_a_real_command_against_a_closed_port_fails_fast_with_the_hint() -> None
     )
     assert hint.startswith("hint: is `dependency-tracker serve` running?")
     assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "given", "example"),
+    [
+        (["--endpoint-url", "127.0.0.1:4600"], {}, "127.0.0.1:4600", "http://127.0.0.1:4600"),
+        ([], {"AWS_ENDPOINT_URL": "localhost:4600"}, "localhost:4600", "http://localhost:4600"),
+    ],
+)
+def test_an_endpoint_url_without_a_scheme_is_a_usage_error_that_shows_the_fix(
+    args: list[str], env: dict[str, str], given: str, example: str
+) -> None:
+    # GIVEN an endpoint written as host:port, on the command line or in the environment
+    # WHEN a command is given it
+    result = CliRunner().invoke(app, ["status", "a/b", *args], env=env)
+    # THEN it stops at once with exit 2 and one line saying what to write instead
+    assert result.exit_code == 2
+    expected = (
+        f"error: --endpoint-url (or $AWS_ENDPOINT_URL) {given} needs a scheme and a host, "
+        f"e.g. {example}"
+    )
+    assert result.stderr.splitlines() == [expected]

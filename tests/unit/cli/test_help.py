@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import typer
+import typer.core
+import typer.main
 from typer.testing import CliRunner
 
 from dependency_tracker import __version__
@@ -36,3 +39,21 @@ def test_each_command_s_help_shows_examples_that_parse(command: str) -> None:
         assert args[0] == command, args
         parsed = CliRunner().invoke(app, [*args, "--help"])
         assert parsed.exit_code == 0, (args, parsed.output)
+
+
+def _all_commands() -> list[str]:
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    return sorted(group.commands)
+
+
+@pytest.mark.parametrize("command", [None, *_all_commands()])
+def test_flags_show_no_type_in_help(command: str | None) -> None:
+    # GIVEN the root help and every command's help
+    args = ["--help"] if command is None else [command, "--help"]
+    # WHEN shown
+    shown = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    # THEN no flag (--help, --version, --json, --wait, ...) shows a `<bool>` value
+    assert shown.exit_code == 0, shown.output
+    assert "<bool>" not in shown.stdout
+    assert "--help" in shown.stdout

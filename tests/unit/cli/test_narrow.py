@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import pytest
@@ -12,8 +13,10 @@ from rich.table import Table
 from typer.testing import CliRunner
 
 from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.table.items import PayloadStateItem
 from dependency_tracker_cli import render
 from dependency_tracker_cli.__main__ import app
+from dependency_tracker_cli.views import PAYLOAD_TABLE_KEYS, payload_table
 from tests.conftest import payload, payload_id
 
 if TYPE_CHECKING:
@@ -116,3 +119,31 @@ def test_status_at_width_60_keeps_the_payload_id_and_arns_whole(
     else:
         assert payload_id("a") in result.stdout.splitlines()
         assert f"    executions (1): {ARN}" in result.stdout.splitlines()
+
+
+ID_120 = ("sentinel-2-l2a/workflow-simulate/" + "S2B_MSIL2A_20240101T101010_T32TQM_" * 3)[:120]
+EXECUTION = f"arn:aws:states:us-east-1:123456789012:execution:deptrack-simulate:{'e' * 70}"
+
+
+@pytest.mark.parametrize("width", [80, 160, 300])
+def test_the_payload_table_never_cuts_a_payload_id_or_an_execution_name(width: int) -> None:
+    # GIVEN publish --wait's results: a 120-character payload id and a 70-character execution
+    assert len(ID_120) == 120
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    item = PayloadStateItem(
+        payload_id=ID_120,
+        state=PayloadState.SUCCEEDED,
+        workflow="simulate",
+        attempt=1,
+        execution_arn=EXECUTION,
+        executions=[EXECUTION],
+        created_at=now,
+        updated_at=now,
+    )
+    table = payload_table([(ID_120, item), ("short/id", None)], title="results")
+    # WHEN printed in an 80-column console, off a terminal (160) and wide
+    text = printed(table, width, keys=PAYLOAD_TABLE_KEYS)
+    # THEN nothing is cut: the id and the execution's name are whole, on one line each
+    assert "…" not in text
+    assert any(ID_120 in line for line in text.splitlines())
+    assert any(f"deptrack-simulate:{'e' * 70}" in line for line in text.splitlines())

@@ -93,6 +93,26 @@ def test_an_unknown_workflow_is_refused_unless_told_otherwise(aws: Aws, tmp_path
     assert len(queued(aws)) == 1
 
 
+@pytest.mark.parametrize(
+    ("workflow", "nearest"),
+    [("fial", "hint: did you mean 'fail'? "), ("zzzz", "hint: ")],
+)
+@pytest.mark.usefixtures("workflows")
+def test_an_unknown_workflow_lists_the_known_ones_and_suggests_the_nearest(
+    aws: Aws, tmp_path: Path, workflow: str, nearest: str
+) -> None:
+    # GIVEN the stack's workflows pass, fail and invalid, and a payload for a typo of one
+    path = write(tmp_path, "p.json", payload("a", workflow=workflow))
+    # WHEN it is published
+    refused = CliRunner().invoke(app, ["publish", path])
+    # THEN the error is followed by the known workflows, sorted, and the nearest when one is close
+    assert refused.exit_code == 4
+    error, hint = refused.stderr.splitlines()
+    assert error == f"error: unknown workflow {workflow!r}: no state machine deptrack-{workflow}"
+    assert hint == f"{nearest}known workflows: fail, invalid, pass"
+    assert queued(aws) == []
+
+
 @pytest.mark.usefixtures("workflows")
 def test_a_message_over_the_sqs_limit_is_refused(aws: Aws, tmp_path: Path) -> None:
     big = payload("a", padding="x" * MAX_MESSAGE_BYTES)
