@@ -9,6 +9,7 @@ import typer
 from dependency_tracker import __version__
 from dependency_tracker_cli.commands import (
     demo,
+    follow,
     graph,
     publish,
     redrive,
@@ -60,6 +61,7 @@ app.command(cls=Command)(demo.demo)
 app.command(cls=Command)(serve.serve)
 app.command(cls=Command)(publish.publish)
 app.command(cls=Command)(wait.wait)
+app.command(cls=Command)(follow.follow)
 app.command(cls=Command)(status.status)
 app.command(cls=Command)(waiters.waiters)
 app.command(cls=Command)(graph.graph)

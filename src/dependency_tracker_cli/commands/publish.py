@@ -23,6 +23,7 @@ from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.joins.manifest import manifest_text
 from dependency_tracker.joins.messages import JoinMessage
 from dependency_tracker.payloads.bucket import MAX_PAYLOAD_BYTES
+from dependency_tracker.payloads.documents import PayloadLoader
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker.table.items import PayloadStateItem
 from dependency_tracker.waits.messages import ProcessMessage, WaitMessage, read_message
@@ -52,6 +53,7 @@ class Publication:
     waits_for: list[str] = field(default_factory=list)  # ``wait_for`` references
     join_id: str | None = None
     message_id: str | None = None
+    unread: list[str] = field(default_factory=list)  # references --dry-run does not read
 
     @property
     def payload_ids(self) -> list[str]:
@@ -119,6 +121,14 @@ def publish(
         bool,
         typer.Option(help="Refuse payloads whose workflow has no {prefix}-{workflow} machine."),
     ] = True,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Validate and print each message's payload ids; send nothing and call no "
+            "AWS API (workflows are not checked, {url} references not read).",
+        ),
+    ] = False,
     json_output: Json = False,
 ) -> None:
     """Validate messages and send them to the process queue.
@@ -128,13 +138,18 @@ def publish(
     unless every payload succeeded.
     With --manifest PATH, nothing is sent: the manifest is uploaded and its url
     printed, for a join's payloads_url or wait-for-join's dependencies_url.
+    With --dry-run, nothing is sent and no AWS API is called: each message is
+    validated and the ids of its payloads printed.
 
     Examples:
       dependency-tracker publish payload.json --wait
       dependency-tracker publish a.json b.json --endpoint-url http://127.0.0.1:4600
       cat payloads.json | dependency-tracker publish - --json
       dependency-tracker publish --manifest members/
+      dependency-tracker publish a.json b.json --dry-run
     """
+    if dry_run and (manifest is not None or wait):
+        fail("--dry-run takes no --manifest and no --wait", 2)
     if manifest is not None:
         if sources or wait:
             fail("--manifest takes no FILE arguments and no --wait", 2)
@@ -148,11 +163,15 @@ def publish(
         return
     if not sources:
         fail("nothing to publish: give FILE|- ... or --manifest PATH", 2)
+    load_url = _unread if dry_run else target.bucket.read_url
     publications = [
-        _validate(target, where, document)
+        _validate(where, document, load_url)
         for source in sources
         for where, document in io.documents(source)
     ]
+    if dry_run:
+        _show_dry_run(publications, json_output=json_output)
+        return
     if check_workflows:
         _check_workflows(target, publications)
     # With --wait: what the payloads were before, to tell a new end from an old one.
@@ -170,12 +189,29 @@ def publish(
         fail(f"{len(failed)} of {len(rows)} payload(s) did not succeed: {', '.join(failed)}")
 
 
-def _validate(target: Target, where: str, document: Any) -> Publication:
+class _NotReadError(Exception):
+    """A ``{"url": ...}`` reference that --dry-run leaves unread (reading it calls S3)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.url = url
+
+
+def _unread(url: str) -> str:
+    raise _NotReadError(url)
+
+
+def _validate(where: str, document: Any, load_url: PayloadLoader) -> Publication:
     body = json.dumps(document, separators=(",", ":"))
+    unread: list[str] = []
     try:
-        message = read_message(body, load_url=target.bucket.read_url)
+        message = read_message(body, load_url=load_url)
     except InvalidMessageError as exc:
         raise InvalidMessageError(f"{where}: {exc.reason}") from exc
+    except _NotReadError as exc:
+        # The rest is checked as the tracker checks it once the object is read.
+        unread.append(exc.url)
+        message = None
     size = len(body.encode("utf-8"))
     if size > MAX_MESSAGE_BYTES:
         reason = (
@@ -183,6 +219,8 @@ def _validate(target: Target, where: str, document: Any) -> Publication:
             'store the payload in S3 and publish {"url": "s3://..."}'
         )
         raise InvalidMessageError(reason)
+    if message is None:
+        return Publication(where, body, "payload", unread=unread)
     if isinstance(message, JoinMessage):
         return Publication(where, body, "join", message.payloads, join_id=message.join_id)
     if isinstance(message, ProcessMessage):
@@ -303,6 +341,41 @@ def _show(
         )
     if wait:
         render.print_table(console, payload_table(rows, title="results"), keys=PAYLOAD_TABLE_KEYS)
+
+
+def _show_dry_run(publications: list[Publication], *, json_output: bool) -> None:
+    """What would be sent: each message and the ids it names (references' urls, unread)."""
+    if json_output:
+        render.emit_json(
+            {
+                "dry_run": True,
+                "messages": [
+                    {
+                        "source": p.source,
+                        "kind": p.kind,
+                        "payload_ids": p.payload_ids,
+                        "join_id": p.join_id,
+                        "unread_urls": p.unread,
+                    }
+                    for p in publications
+                ],
+            }
+        )
+        return
+    console = render.stdout()
+    for publication in publications:
+        what = ", ".join([*publication.payload_ids, *publication.unread])
+        if publication.join_id is not None:
+            what = f"join {publication.join_id}: {what}"
+        console.print(
+            f"[green]valid[/] {render.escape_line(publication.source)} → "
+            f"{render.escape_line(what)}",
+            soft_wrap=True,
+        )
+    note = f"dry run: {len(publications)} message(s) valid, nothing sent"
+    if any(publication.unread for publication in publications):
+        note += "; {url} references not read"
+    render.stderr().print(f"{render.escape_line(note)} (workflows not checked)", soft_wrap=True)
 
 
 # ---------------------------------------------------------------------------- --manifest

@@ -11,40 +11,44 @@ While it waits, ``waiters``, ``stuck`` and ``graph`` show it.
 
 import json
 import secrets
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
-from rich.table import Table
 
 from dependency_tracker.core.errors import (
     DependencyTrackerError,
     InvalidMessageError,
 )
+from dependency_tracker.core.settings import MAX_JOIN_CHUNK_SIZE
+from dependency_tracker.joins.manifest import ManifestReader
+from dependency_tracker.joins.messages import JoinMessage, read_members
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker_cli import io, render
+from dependency_tracker_cli.commands.follow import JOIN, SINGLE, follow_parent, machine_arn
 from dependency_tracker_cli.options import Json, aws_command, fail
 from dependency_tracker_cli.target import Target
 
-SINGLE = "wait-for-dependencies"
-JOIN = "wait-for-join"
-# The deployed template's outputs naming the two parents (and serve's local stack's).
-MACHINE_OUTPUTS = {
-    SINGLE: "WaitForDependenciesStateMachineArn",
-    JOIN: "WaitForJoinStateMachineArn",
-}
 # Step Functions: execution names are 1-80 characters.
 MAX_NAME_CHARS = 80
-_STOPPED_FOLLOWING = 130  # as a shell reports Ctrl-C
+# A manifest is counted (for --quorum) when it ends within the tracker's first chunk:
+# the entries its first invocation reads, and reads references of, before any other.
+COUNTED_MANIFEST_ENTRIES = MAX_JOIN_CHUNK_SIZE
+# The parent's own task token is not known before it starts; the checks need one.
+_ANY_TOKEN = "-"  # noqa: S105  (a placeholder, no secret)
 
 
-class ParentNotFoundError(DependencyTrackerError):
-    """The stack has no such parent state machine (exit 4, as an unknown workflow)."""
+class WouldFailError(DependencyTrackerError):
+    """The parent would fail on its input at once: refused before it starts (exit 3)."""
 
-    exit_code = 4
+    exit_code = 3
+
+    def __init__(self, error: str, cause: str) -> None:
+        self.error = error
+        self.cause = cause
+        super().__init__(f"nothing started: the parent would fail {error}: {cause}")
 
 
 @dataclass
@@ -138,7 +142,9 @@ def wait(
     token for k of n). It sends the payloads to the process queue with its
     tokens; the tracker runs each payload once, or replays a finished one, and
     answers. Exits 0 when the parent succeeded, 1 when it failed (with the
-    tracker's error name), 3 for an invalid payload, 4 for an unknown workflow.
+    tracker's error name), 3 for an invalid payload or a join its parent could
+    only fail (a quorum over the distinct members, a manifest that cannot be
+    read: nothing is started), 4 for an unknown workflow.
 
     Examples:
       dependency-tracker wait tile-1.json tile-2.json
@@ -163,9 +169,11 @@ def wait(
         payload_id=payload_id,
         timeout_seconds=timeout_seconds,
     )
+    if machine == JOIN:
+        _check_join(target, dependencies, manifest_url=manifest_url, quorum=quorum)
     sfn = target.client("stepfunctions")
     started = sfn.start_execution(
-        stateMachineArn=_machine_arn(target, machine),
+        stateMachineArn=machine_arn(target, machine),
         name=name or _default_name(),
         input=json.dumps(document),
     )
@@ -175,17 +183,9 @@ def wait(
     if not follow:
         _show_started(execution_arn, machine, payload_id, json_output=json_output)
         return
-    try:
-        described = _follow(target, execution_arn, dependencies.ids, poll=poll)
-    except KeyboardInterrupt:
-        fail(f"stopped following; the parent keeps running: {execution_arn}", _STOPPED_FOLLOWING)
-    states = _states(target, dependencies.ids)
-    _show_ended(described, machine, states, json_output=json_output)
-    if described["status"] != "SUCCEEDED":
-        reason = ": ".join(
-            str(part) for part in (described.get("error"), described.get("cause")) if part
-        )
-        fail(f"parent {described['status']}" + (f": {reason}" if reason else ""))
+    follow_parent(
+        target, execution_arn, machine, dependencies.ids, poll=poll, json_output=json_output
+    )
 
 
 def _input(
@@ -236,52 +236,63 @@ def _dependencies(target: Target, sources: list[str]) -> Dependencies:
     return found
 
 
-def _machine_arn(target: Target, machine: str) -> str:
-    """The parent's ARN: the stack's output with --stack-name, else found by its name."""
-    from_outputs = target.outputs.get(MACHINE_OUTPUTS[machine])
-    if from_outputs:
-        return from_outputs
-    wanted = f"{target.prefix}-{machine}"
-    pages = target.client("stepfunctions").get_paginator("list_state_machines").paginate()
-    for page in pages:
-        for found in page["stateMachines"]:
-            if found["name"] == wanted:
-                return str(found["stateMachineArn"])
-    raise ParentNotFoundError(
-        f"no state machine {wanted} here (check --prefix, --stack-name and --region)"
+def _check_join(
+    target: Target,
+    dependencies: Dependencies,
+    *,
+    manifest_url: str | None,
+    quorum: int | None,
+) -> None:
+    """Refuse a join its parent could only fail (``InvalidJoin``), with the tracker's cause.
+
+    The join message the parent would send goes through the tracker's own checks;
+    a manifest's first chunk is read as the tracker's first invocation reads it.
+    Its quorum is checked against the distinct members when they are known: the
+    FILEs' (references read), or a manifest's that ends within that first chunk
+    (a longer one is counted by the tracker once every chunk is registered).
+
+    Raises:
+        WouldFailError: The tracker would fail the parent ``InvalidJoin`` at once.
+        InvalidMessageError: A referenced member cannot be read yet (retryable).
+    """
+    source: dict[str, Any] = (
+        {"payloads_url": manifest_url}
+        if manifest_url is not None
+        else {"payloads": dependencies.entries}
     )
+    document = {"join": {"task_token": _ANY_TOKEN, "quorum": quorum}, **source}
+    try:
+        JoinMessage.from_document(document, message_id=None, load_url=None)
+        ids = dependencies.ids if manifest_url is None else _manifest_ids(target, manifest_url)
+    except InvalidMessageError as exc:
+        if exc.retryable:
+            raise
+        raise WouldFailError(exc.error_name, exc.reason) from exc
+    distinct = len(set(ids)) if ids is not None else None
+    if quorum is not None and distinct is not None and quorum > distinct:
+        # The tracker's cause (joins/decision.py) names the join too: its id is not made yet.
+        raise WouldFailError(
+            "InvalidJoin", f"quorum {quorum} is more than the {distinct} distinct payloads"
+        )
+
+
+def _manifest_ids(target: Target, url: str) -> list[str] | None:
+    """The ids of a manifest's members, None past the first chunk (they are not counted here).
+
+    Raises:
+        InvalidMessageError: As the tracker's first chunk would (``InvalidJoin``).
+    """
+    reader = ManifestReader(target.client("s3"))
+    piece = reader.read(url, limit=COUNTED_MANIFEST_ENTRIES)
+    members = read_members(
+        piece.entries, first_index=0, where=url, load_url=target.bucket.read_url, task_token=None
+    )
+    return [member.id for member in members] if piece.end else None
 
 
 def _default_name() -> str:
     """``wait-20260101T120000Z-3f2a1c``: sortable, and unique enough for a person's runs."""
     return f"wait-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
-
-
-def _follow(
-    target: Target, execution_arn: str, payload_ids: list[str], *, poll: float
-) -> dict[str, Any]:
-    """``DescribeExecution`` once the parent stopped; progress on stderr meanwhile."""
-    sfn = target.client("stepfunctions")
-    with render.progress() as bar:
-        task = bar.add_task("waiting", total=len(payload_ids) or None)
-        while True:
-            described: dict[str, Any] = sfn.describe_execution(executionArn=execution_arn)
-            if described["status"] != "RUNNING":
-                return described
-            if payload_ids:
-                states = _states(target, payload_ids)
-                done = sum(1 for state in states.values() if state in _ENDED)
-                bar.update(task, completed=done, description=f"{done} of {len(payload_ids)} ended")
-            time.sleep(poll)
-
-
-_ENDED = {"SUCCEEDED", "FAILED", "INVALID", "ABORTED"}
-
-
-def _states(target: Target, payload_ids: list[str]) -> dict[str, str | None]:
-    """Each payload's state now (None: no state item yet)."""
-    items = target.states.batch_get(list(dict.fromkeys(payload_ids))) if payload_ids else {}
-    return {pid: (items[pid].state.value if pid in items else None) for pid in payload_ids}
 
 
 def _show_started(
@@ -297,57 +308,7 @@ def _show_started(
     parent = payload_id or execution_arn.rsplit(":", 1)[-1]
     render.stderr().print(
         f"while it waits: dependency-tracker graph --root {parent!r}; "
-        "dependency-tracker stuck --older-than 10s",
+        "dependency-tracker stuck --older-than 10s; "
+        f"to its end: dependency-tracker follow {execution_arn.rsplit(':', 1)[-1]!r}",
         soft_wrap=True,
     )
-
-
-def _show_ended(
-    described: dict[str, Any],
-    machine: str,
-    states: dict[str, str | None],
-    *,
-    json_output: bool,
-) -> None:
-    output = json.loads(described["output"]) if described.get("output") else None
-    if json_output:
-        render.emit_json(
-            {
-                "execution_arn": described["executionArn"],
-                "name": described.get("name"),
-                "state_machine": machine,
-                "status": described["status"],
-                "started": described.get("startDate"),
-                "stopped": described.get("stopDate"),
-                "error": described.get("error"),
-                "cause": described.get("cause"),
-                "output": output,
-                "dependencies": [
-                    {"payload_id": pid, "state": state} for pid, state in states.items()
-                ],
-            }
-        )
-        return
-    console = render.stdout()
-    card = Table(title=f"parent {described.get('name', '')}", show_header=False)
-    card.add_column("field")
-    card.add_column("value")
-    card.add_row("status", render.styled(described["status"]))
-    card.add_row("execution", render.plain(described["executionArn"]))
-    card.add_row("state machine", machine)
-    if isinstance(output, dict) and isinstance(output.get("join"), dict):
-        counts = output["join"].get("counts", {})
-        card.add_row("join", ", ".join(f"{key} {value}" for key, value in counts.items()))
-        if output["join"].get("winner"):
-            card.add_row("winner", render.plain(output["join"]["winner"]))
-    if described.get("error"):
-        card.add_row("error", render.plain(described["error"]))
-        card.add_row("cause", render.clipped(described.get("cause"), 200))
-    render.print_table(console, card, keys=(1,))
-    if states:
-        table = Table(title="dependencies")
-        table.add_column("payload id")
-        table.add_column("state")
-        for pid, state in states.items():
-            table.add_row(render.plain(pid), render.styled(state))
-        render.print_table(console, table, keys=(0,))
