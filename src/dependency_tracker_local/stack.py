@@ -37,6 +37,7 @@ from dependency_tracker_local.pumps import ExecutionPump, Pump, SchedulePump, Sq
 from dependency_tracker_local.queues import queue_arn
 from dependency_tracker_local.runner import Invoker, PumpRunner, ThreadRoutedStdout
 from dependency_tracker_local.server import MotoServer
+from dependency_tracker_local.sfn_sync import sync_executions
 from dependency_tracker_local.strict import strict_limits
 from dependency_tracker_local.strict import wanted as strict_wanted
 
@@ -227,6 +228,8 @@ class EmbeddedStack:
         self._strict_block = contextlib.ExitStack()
         # Not a limit: moto's transactions would otherwise copy whole tables.
         self._strict_block.enter_context(aws_like_costs())
+        # Not a limit either: nested parents (startExecution.sync) run only with it.
+        self._strict_block.enter_context(sync_executions())
         if self.strict:
             self._strict_block.enter_context(strict_limits())
         try:

@@ -3,7 +3,8 @@
 The examples are registered as they are shipped (placeholders filled the way
 SAM's ``DefinitionSubstitutions`` fill them) under names outside the tracker's
 ``{prefix}-`` namespace, so they are parents, not managed workflows. All
-dependencies take no time: the module costs a few seconds.
+dependencies take no time: the module costs a few seconds. The nested example also runs under
+``dependency-tracker serve`` (``startExecution.sync:2`` in another process).
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import pytest
 
 from dependency_tracker.joins.manifest import manifest_text
 from dependency_tracker_local import definitions
+from tests.conftest import wait_until
 from tests.e2e.conftest import dependency, dependency_id, finished
+from tests.e2e.serving import serving
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from dependency_tracker_local import LocalStack
 
 pytestmark = pytest.mark.e2e
@@ -46,40 +47,7 @@ def tile_id(item: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def sync_integration() -> Iterator[None]:
-    """moto's ``states:startExecution`` integration, with the key casing AWS uses.
-
-    moto 5.2.5 leaves out the casing its interpreter (ported from LocalStack)
-    relied on: the task's ``StateMachineArn``/``Input``/``Name`` reach boto3 as
-    they are (``KeyError: 'StateMachineArn'``), and the responses keep boto3's
-    camelCase where AWS's integration answers ``ExecutionArn``, ``Output``,
-    ``Error``, ``Cause``. Only that casing is restored here; the rest is moto's.
-    """
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (  # noqa: PLC0415
-        state_task_service_sfn as sfn_service,
-    )
-
-    service = sfn_service.StateTaskServiceSfn
-    original = service._normalise_parameters
-
-    def parameters(self: Any, parameters: dict[str, Any], *args: Any, **kwargs: Any) -> None:
-        original(self, parameters, *args, **kwargs)
-        for key in [key for key in parameters if key in {"StateMachineArn", "Input", "Name"}]:
-            parameters[key[0].lower() + key[1:]] = parameters.pop(key)
-
-    def response(self: Any, response: Any, *args: Any, **kwargs: Any) -> None:
-        if isinstance(response, dict):
-            for key in list(response):
-                response[key[0].upper() + key[1:]] = response.pop(key)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(service, "_normalise_parameters", parameters)
-        patch.setattr(service, "_normalise_response", response)
-        yield
-
-
-@pytest.fixture(scope="module")
-def machines(stack: LocalStack, sync_integration: None) -> dict[str, str]:
+def machines(stack: LocalStack) -> dict[str, str]:
     """Each example as a state machine of its own: name → ARN."""
     sfn = stack.client("stepfunctions")
     substitutions = {
@@ -197,3 +165,36 @@ def test_nested_parent_returns_the_childs_summaries_and_reraises_its_error(
     failed = finished(stack, runs["nested-bad"])
     assert (failed["status"], failed["error"]) == ("FAILED", "DependencyFailed")
     assert json.loads(failed["cause"])["Status"] == "FAILED"
+
+
+def test_nested_parent_runs_under_serve(tmp_path: Path) -> None:
+    # GIVEN `dependency-tracker serve` (its own process, nothing patched from this one)
+    with serving(tmp_path) as server:
+        sfn = server.client("stepfunctions")
+        nested = definitions.render(
+            EXAMPLES / FILES["nested"],
+            {
+                "WaitForDependenciesStateMachineArn": server.outputs["StateMachines"][
+                    "wait-for-dependencies"
+                ]
+            },
+        )
+        machine = sfn.create_state_machine(
+            name="example-nested", roleArn=ROLE_ARN, definition=nested
+        )["stateMachineArn"]
+        # WHEN the nested example waits on a tile through the stack's own parent
+        arn = sfn.start_execution(
+            stateMachineArn=machine,
+            name="nested-serve",
+            input=json.dumps({"dependencies": [tile("n-serve")]}),
+        )["executionArn"]
+
+        def ended() -> dict[str, Any] | None:
+            described: dict[str, Any] = sfn.describe_execution(executionArn=arn)
+            return None if described["status"] == "RUNNING" else described
+
+        # THEN startExecution.sync:2 ran the child to its end and handed on its output
+        assert output_of(wait_until(ended, timeout=60)) == {
+            "payload_id": None,
+            "dependencies": [{"payload_id": tile_id("n-serve"), "replayed": False}],
+        }

@@ -13,6 +13,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = "dependency-tracker"
 _FENCE = re.compile(r"^```(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^```\s*$", re.MULTILINE | re.DOTALL)
+# `<!-- snippet: KIND (why) -->` on the line right before a fence says how the snippet test
+# treats the block (tests/e2e/test_snippets.py).
+_MARKER = re.compile(r"<!--\s*snippet:\s*(?P<marker>.*?)\s*-->\s*$")
 # Ends a command inside a shell line: pipes, redirections, command lists.
 _SHELL_BREAKS = {"|", ">", ">>", "<", "&&", "||", ";", "&"}
 
@@ -25,6 +28,7 @@ class Block:
     line: int
     lang: str
     body: str
+    marker: str | None = None
 
     @property
     def where(self) -> str:
@@ -37,13 +41,23 @@ def markdown_files() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
+def snippet_files() -> list[Path]:
+    """README.md, every page under docs/ and every Markdown file under examples/."""
+    return [*markdown_files(), *sorted((ROOT / "examples").rglob("*.md"))]
+
+
 def blocks(path: Path) -> list[Block]:
-    """The fenced blocks of a Markdown file, in order."""
+    """The fenced blocks of a Markdown file, in order, each with its snippet marker."""
     text = path.read_text(encoding="utf-8")
-    return [
-        Block(path, text.count("\n", 0, match.start()) + 1, match["lang"], match["body"])
-        for match in _FENCE.finditer(text)
-    ]
+    found: list[Block] = []
+    for match in _FENCE.finditer(text):
+        before = text[: match.start()].rstrip("\n").rpartition("\n")[2]
+        marker = _MARKER.search(before)
+        line = text.count("\n", 0, match.start()) + 1
+        found.append(
+            Block(path, line, match["lang"], match["body"], marker["marker"] if marker else None)
+        )
+    return found
 
 
 def cli_invocations(text: str, *, prompted_only: bool = False) -> list[list[str]]:
