@@ -15,6 +15,10 @@ touches and puts them back if it is cancelled, which is what moto's table copy
 achieves, without the copy. Semantics are moto's own: the same checks, the same
 errors, the same all-or-nothing outcome.
 
+Scans: moto sorts the whole table for each ``Scan`` page and walks to its start
+key; while :func:`aws_like_costs` is active a page starts there directly
+(:mod:`~.moto_scans`, the same items in the same order).
+
 Requests also run one at a time here. moto's DynamoDB is not thread-safe: an
 ``UpdateItem`` copies or serializes an item while another thread's write
 changes it (``dictionary changed size during iteration``, seen in CI), a
@@ -40,6 +44,7 @@ from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.responses import DynamoHandler
 
+from dependency_tracker_local import moto_scans
 from dependency_tracker_local.moto_executions import indexed_executions
 from dependency_tracker_local.moto_speed import quick_requests
 
@@ -56,6 +61,9 @@ _original_query: Callable[..., Any] | None = None
 _original_all_items: Callable[..., Any] | None = None
 _original_call_action: Callable[..., Any] | None = None
 _partition = threading.local()
+_scanning = threading.local()
+_saved: dict[str, Any] = {}
+_SCAN_PARAMETERS = ("filters", "limit", "exclusive_start_key", "filter_expression", "index_name")
 
 
 class _NoTableCopies:
@@ -112,6 +120,8 @@ def _restore(taken: list[Snapshot], streams: dict[int, int]) -> None:
             table.items.get(hash_value, {}).pop(range_value, None)
         else:
             table.items[hash_value][range_value] = old
+    for table, *_ in taken:
+        moto_scans.changed(table)
     # A cancelled transaction writes nothing, so it leaves no stream record either.
     for table, *_ in taken:
         shard = table.stream_shard
@@ -154,11 +164,37 @@ def _query(self: Table, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
         _partition.key = None
 
 
-def _all_items(self: Table) -> list[Any]:
+def _scan(self: Table, *args: Any, **kwargs: Any) -> Any:
+    assert _saved is not None  # noqa: S101 (installed before use)
+    # moto's Table.scan(filters, limit, exclusive_start_key, filter_expression, index_name, ...)
+    named = dict(zip(_SCAN_PARAMETERS, args, strict=False)) | kwargs
+    if named.get("index_name") is not None or named.get("segments", (None, None)) != (None, None):
+        return _saved["scan"](self, *args, **kwargs)
+    _scanning.items = (id(self), moto_scans.items_after(self, named.get("exclusive_start_key")))
+    try:
+        return _saved["scan"](self, *args, **kwargs)
+    finally:
+        _scanning.items = None
+
+
+def _noting_keys(original: Callable[..., Any]) -> Callable[..., Any]:
+    def write(self: Table, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            moto_scans.changed(self)
+
+    return write
+
+
+def _all_items(self: Table) -> Any:
     assert _original_all_items is not None  # noqa: S101 (installed before use)
+    scanning = getattr(_scanning, "items", None)
+    if scanning is not None and scanning[0] == id(self):
+        return scanning[1]
     key = getattr(_partition, "key", None)
     if key is None or key[0] != id(self) or not self.range_key_attr:
-        return _original_all_items(self)  # type: ignore[no-any-return]
+        return _original_all_items(self)
     # The queried partition only (moto keeps just those items anyway), in key order.
     # No other request writes meanwhile: each holds the request lock.
     partition = self.items.get(key[1]) or {}
@@ -186,6 +222,10 @@ def aws_like_costs() -> Iterator[None]:
             Table.all_items = _all_items  # type: ignore[method-assign]
             _original_call_action = DynamoHandler.call_action
             DynamoHandler.call_action = _call_action  # type: ignore[method-assign]
+            _saved.update(scan=Table.scan, put_item=Table.put_item, delete_item=Table.delete_item)
+            Table.scan = _scan  # type: ignore[method-assign]
+            Table.put_item = _noting_keys(_saved["put_item"])  # type: ignore[method-assign]
+            Table.delete_item = _noting_keys(_saved["delete_item"])  # type: ignore[method-assign]
         _depth += 1
     try:
         with quick_requests(), indexed_executions():
@@ -199,3 +239,8 @@ def aws_like_costs() -> Iterator[None]:
                 Table.query = _original_query  # type: ignore[method-assign,assignment]
                 Table.all_items = _original_all_items  # type: ignore[method-assign,assignment]
                 DynamoHandler.call_action = _original_call_action  # type: ignore[method-assign,assignment]
+                Table.scan = _saved["scan"]  # type: ignore[method-assign]
+                Table.put_item = _saved["put_item"]  # type: ignore[method-assign]
+                Table.delete_item = _saved["delete_item"]  # type: ignore[method-assign]
+                _saved.clear()
+                moto_scans.forget()
