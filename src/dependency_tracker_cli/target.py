@@ -22,6 +22,7 @@ from dependency_tracker.core.errors import UnknownWorkflowError
 from dependency_tracker.payloads.bucket import PayloadBucket
 from dependency_tracker.payloads.state_table import StateTable
 from dependency_tracker.table.dependency_table import DependencyTable
+from dependency_tracker_cli.readmodel import CirrusReader, PayloadReader, TrackerReader
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -46,6 +47,14 @@ class ConnectionOptions:
 
 
 @dataclass(frozen=True)
+class CirrusOptions:
+    """Cirrus-mode options of the commands that read payload state (``--cirrus-prefix``)."""
+
+    prefix: str | None = None
+    state_table: str | None = None
+
+
+@dataclass(frozen=True)
 class ResourceNames:
     """The tracker's resources, as far as names and outputs tell them.
 
@@ -60,6 +69,7 @@ class ResourceNames:
     process_queue_url: str | None = None
     process_dlq_url: str | None = None
     payload_bucket: str | None = None
+    cirrus_state_table: str | None = None
 
     @classmethod
     def from_outputs(cls, outputs: Mapping[str, Any], *, prefix: str) -> Self:
@@ -83,6 +93,7 @@ class ResourceNames:
             process_queue_url=output("ProcessQueueUrl"),
             process_dlq_url=output("ProcessDlqUrl"),
             payload_bucket=output("PayloadBucketName"),
+            cirrus_state_table=output("CirrusStateTableName"),
         )
 
 
@@ -138,6 +149,7 @@ class Target:
 
     def __init__(self, options: ConnectionOptions) -> None:
         self.options = options
+        self.cirrus_options = CirrusOptions()
         self._clients: dict[str, Any] = {}
 
     @cached_property
@@ -201,6 +213,32 @@ class Target:
     def states(self) -> StateTable:
         """The payload state table."""
         return StateTable(self.client("dynamodb"), self.names.state_table)
+
+    def use_cirrus(self, *, prefix: str | None, state_table: str | None) -> None:
+        """Take the command line's cirrus-mode options (before the first read)."""
+        self.cirrus_options = CirrusOptions(prefix=prefix, state_table=state_table)
+        self.__dict__.pop("payloads", None)
+
+    @property
+    def cirrus_state_table(self) -> str | None:
+        """Cirrus's state table in cirrus mode, else None.
+
+        ``--cirrus-prefix`` first (cirrus's naming, ``{prefix}-state``), then the
+        stack's ``CirrusStateTableName`` output, then ``$DEPTRACK_CIRRUS_STATE_TABLE``.
+        """
+        cirrus = self.cirrus_options
+        if cirrus.prefix:
+            return f"{cirrus.prefix}-state"
+        return self.names.cirrus_state_table or cirrus.state_table
+
+    @cached_property
+    def payloads(self) -> PayloadReader:
+        """Where payload state is read: cirrus's table in cirrus mode, else the tracker's."""
+        tracker = TrackerReader(self.states)
+        table = self.cirrus_state_table
+        if table is None:
+            return tracker
+        return CirrusReader(self.client("dynamodb"), table, tracker)
 
     @cached_property
     def dependencies(self) -> DependencyTable:

@@ -1,4 +1,8 @@
-"""Views of payload state items shared by ``status`` and ``publish --wait``."""
+"""Views of payload state shared by ``status`` and ``publish --wait``.
+
+They show a :class:`~dependency_tracker_cli.readmodel.PayloadView` (either mode's
+state table), or a tracker state item as one.
+"""
 
 from __future__ import annotations
 
@@ -7,28 +11,26 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
+from dependency_tracker.table.items import PayloadStateItem
 from dependency_tracker_cli import render
+from dependency_tracker_cli.readmodel import PayloadSource, PayloadView, as_view
 from dependency_tracker_cli.waitgraph import execution_label
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from dependency_tracker.table.items import PayloadStateItem
-
 
 # The payload id and the last execution's name: copied into other commands, never cut.
 PAYLOAD_TABLE_KEYS = (0, 4)
 
+# What the views take: a read-model view, or a tracker state item (``publish --wait``).
+Shown = PayloadView | PayloadStateItem | None
 
-def stored_result(item: PayloadStateItem) -> Any:
+
+def stored_result(item: PayloadView | PayloadStateItem) -> Any:
     """The stored result of a payload (inline JSON or an ``s3://`` pointer), or None."""
-    text = item.model_dump().get("result_json")
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+    view = as_view(item)
+    return None if view is None else view.result
 
 
 def result_text(result: Any) -> str:
@@ -42,20 +44,22 @@ def result_text(result: Any) -> str:
     return render.clipped(json.dumps(result), 60)
 
 
-def payload_json(payload_id: str, item: PayloadStateItem | None) -> dict[str, Any]:
-    """``--json`` view of one payload: every stored field, the result parsed."""
-    if item is None:
+def payload_json(payload_id: str, item: Shown) -> dict[str, Any]:
+    """``--json`` view of one payload: every stored field, the result parsed, its source."""
+    view = as_view(item)
+    if view is None:
         return {"payload_id": payload_id, "found": False}
-    data = item.model_dump(mode="json")
-    data.pop("result_json", None)
-    data["result"] = stored_result(item)
-    data["found"] = True
-    return data
+    return view.to_json()
 
 
-def payload_table(
-    rows: Iterable[tuple[str, PayloadStateItem | None]], *, title: str = "payloads"
-) -> Table:
+def error_text(view: PayloadView) -> str | None:
+    """The last error, with its cause when the source keeps one apart."""
+    if view.last_error and view.last_cause:
+        return f"{view.last_error}: {view.last_cause}"
+    return view.last_error
+
+
+def payload_table(rows: Iterable[tuple[str, Shown]], *, title: str = "payloads") -> Table:
     """Human view of payloads: state, attempts, executions, last error, result.
 
     Print it with :func:`~dependency_tracker_cli.render.print_table`, keys
@@ -68,47 +72,55 @@ def payload_table(
     for column in ("last error", "result", "updated"):
         table.add_column(column)
     for payload_id, item in rows:
-        if item is None:
+        view = as_view(item)
+        if view is None:
             table.add_row(render.plain(payload_id), "[red]not found[/]", *["—"] * 6)
             continue
-        error = item.last_error
-        if error and item.last_cause:
-            error = f"{error}: {item.last_cause}"
+        last = view.last_execution
         table.add_row(
             render.plain(payload_id),
-            render.styled(item.state.value),
-            str(item.attempt),
-            str(len(item.executions)),
-            render.plain(execution_label(item.execution_arn) if item.execution_arn else None),
-            render.clipped(error, 60),
-            result_text(stored_result(item)),
-            render.plain(item.updated_at),
+            render.styled(view.state.value),
+            render.plain(view.attempt),
+            str(len(view.executions)),
+            render.plain(execution_label(last) if last else None),
+            render.clipped(error_text(view), 60),
+            result_text(view.result),
+            render.plain(view.updated_at),
         )
     return table
 
 
-def payload_card(payload_id: str, item: PayloadStateItem | None) -> Table:
+def payload_card(payload_id: str, item: Shown) -> Table:
     """Everything the state table holds on one payload, one field a line.
 
+    A payload read from cirrus's state table says so (``source``); cirrus counts
+    no attempts (``—``) and keeps its error as one text (``last error``).
     Print it with :func:`~dependency_tracker_cli.render.print_table` (no key column:
     an ARN is one word, and a card too narrow for its longest word prints as lines).
     """
     card = Table(title=render.escape_line(payload_id), title_justify="left", show_header=False)
     card.add_column("field", style="bold")
     card.add_column("value")
-    if item is None:
+    view = as_view(item)
+    if view is None:
         card.add_row("state", "[red]not found[/]")
         return card
-    card.add_row("state", render.styled(item.state.value))
-    card.add_row("workflow", render.plain(item.workflow))
-    card.add_row("attempt", str(item.attempt))
+    card.add_row("state", render.styled(view.state.value))
+    if view.source is PayloadSource.CIRRUS:
+        card.add_row("source", f"cirrus ({render.plain(view.table)})")
+    card.add_row("workflow", render.plain(view.workflow))
+    card.add_row("attempt", render.plain(view.attempt))
     card.add_row(
-        f"executions ({len(item.executions)})",
-        "\n".join(render.plain(arn) for arn in item.executions) or "—",
+        f"executions ({len(view.executions)})",
+        "\n".join(render.plain(arn) for arn in view.executions) or "—",
     )
-    card.add_row("last error", render.plain(item.last_error))
-    card.add_row("last cause", render.clipped(item.last_cause, 400))
-    card.add_row("result", result_text(stored_result(item)))
+    card.add_row("last error", render.plain(view.last_error))
+    if view.source is PayloadSource.TRACKER:
+        card.add_row("last cause", render.clipped(view.last_cause, 400))
+        card.add_row("result", result_text(view.result))
+    else:
+        outputs = view.extra.get("outputs") or []
+        card.add_row("outputs", "\n".join(render.plain(url) for url in outputs) or "—")
     for name in ("created_at", "claimed_at", "updated_at", "finished_at"):
-        card.add_row(name.removesuffix("_at"), render.plain(getattr(item, name)))
+        card.add_row(name.removesuffix("_at"), render.plain(getattr(view, name)))
     return card

@@ -17,6 +17,7 @@ from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.core.tokens import redact_token
 from dependency_tracker.table.items import MembershipItem, WaiterItem
 from dependency_tracker.table.join_items import JoinItem
+from dependency_tracker_cli.readmodel import PayloadSource, PayloadView, as_view
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -48,7 +49,9 @@ class Node:
     kind: str
     label: str
     state: str | None = None
-    item: PayloadStateItem | None = None
+    payload: PayloadView | None = None
+    # The state table a payload node was looked up in (set with its state).
+    source: PayloadSource | None = None
     detail: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -73,10 +76,11 @@ class Node:
         }
         if self.kind == PAYLOAD:
             data["payload_id"] = self.label
-        if self.item is not None:
-            data["attempt"] = self.item.attempt
-            data["execution_arn"] = self.item.execution_arn
-            data["last_error"] = self.item.last_error
+        if self.payload is not None:
+            data["source"] = self.payload.source.value
+            data["attempt"] = self.payload.attempt
+            data["execution_arn"] = self.payload.last_execution
+            data["last_error"] = self.payload.last_error
         return data | self.detail
 
 
@@ -110,6 +114,8 @@ class Hold:
     dependency: Node
     edge: Edge
     join: Node | None = None
+    # The state table the dependency's state was read from (cirrus's gives cirrus's reasons).
+    source: PayloadSource = PayloadSource.TRACKER
 
     def to_json(self) -> dict[str, Any]:
         """JSON view."""
@@ -125,11 +131,28 @@ class Hold:
         """Why this dependency still holds the parent."""
         if self.edge.state != PayloadState.PROCESSING:
             return f"resolved {self.edge.state}, parent not notified yet"
-        if self.dependency.state is None:
+        dependency = self.dependency
+        if self.source is PayloadSource.CIRRUS:
+            return _cirrus_reason(dependency)
+        if dependency.state is None:
             return "not started (no state item)"
-        if self.dependency.state in (PayloadState.CLAIMED, PayloadState.PROCESSING):
+        if dependency.state in (PayloadState.CLAIMED, PayloadState.PROCESSING):
             return "running"
-        return f"{self.dependency.state}, waiter not resolved"
+        return f"{dependency.state}, waiter not resolved"
+
+
+def _cirrus_reason(dependency: Node) -> str:
+    """Why a payload that cirrus runs still holds its parent (cirrus's state table says)."""
+    view = dependency.payload
+    if view is None:
+        # The tracker forwards a payload when a waiter arrives; cirrus writes its item on claim.
+        return "no item in cirrus's state table: not taken by cirrus yet (its process queue or DLQ)"
+    if view.source is PayloadSource.TRACKER:  # a message the tracker refused
+        return f"{view.state} (tracker), waiter not resolved"
+    if view.running:
+        run = execution_label(view.last_execution) if view.last_execution else "no execution yet"
+        return f"running in cirrus ({view.state}, {run})"
+    return f"{view.state} in cirrus, waiter not resolved"
 
 
 @dataclass
@@ -187,12 +210,18 @@ class WaitGraph:
                 graph._add_waiter(row)
         return graph
 
-    def set_states(self, items: Mapping[str, PayloadStateItem]) -> None:
-        """Colour payload nodes with their state items."""
+    def set_states(
+        self,
+        items: Mapping[str, PayloadView] | Mapping[str, PayloadStateItem],
+        *,
+        source: PayloadSource = PayloadSource.TRACKER,
+    ) -> None:
+        """Colour payload nodes with their state (``source``: where a missing one is missing)."""
         for node in self.nodes.values():
             if node.kind == PAYLOAD:
-                node.item = items.get(node.label)
-                node.state = None if node.item is None else node.item.state.value
+                node.payload = as_view(items.get(node.label))
+                node.source = source
+                node.state = None if node.payload is None else node.payload.state.value
 
     def payload_ids(self) -> set[str]:
         """Ids of every payload node."""
@@ -322,14 +351,20 @@ class WaitGraph:
             for edge in edges:
                 target = self.nodes[edge.target]
                 if target.kind != JOIN:
-                    holds.append(Hold(dependency=target, edge=edge))
+                    holds.append(Hold(dependency=target, edge=edge, source=_source(target)))
                     continue
                 members = outgoing.get(target.id, [])
                 holds.extend(
-                    Hold(dependency=self.nodes[m.target], edge=m, join=target) for m in members
+                    Hold(
+                        dependency=self.nodes[m.target],
+                        edge=m,
+                        join=target,
+                        source=_source(self.nodes[m.target]),
+                    )
+                    for m in members
                 )
                 if not members:  # decided, but the parent was not told yet
-                    holds.append(Hold(dependency=target, edge=edge))
+                    holds.append(Hold(dependency=target, edge=edge, source=_source(target)))
             parents.append(StuckParent(parent=node, since=since, holds=holds))
         return sorted(parents, key=lambda parent: (parent.since, parent.parent.id))
 
@@ -398,6 +433,10 @@ class WaitGraph:
             lines.append(f"  {_dot_quote(edge.source)} -> {_dot_quote(edge.target)}{suffix};")
         lines.append("}")
         return "\n".join(lines)
+
+
+def _source(node: Node) -> PayloadSource:
+    return node.source or PayloadSource.TRACKER
 
 
 def strongly_connected(adjacency: Mapping[str, list[str]]) -> list[list[str]]:

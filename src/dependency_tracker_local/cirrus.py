@@ -38,18 +38,20 @@ Where the layout comes from (cirrus-geo v2.0.0, github.com/cirrus-geo/cirrus-geo
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import json
+import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from dependency_tracker_local.pumps import ExecutionPump, SqsPump
 from dependency_tracker_local.queues import queue_arn
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from dependency_tracker_local.pumps import Handler
 
@@ -515,3 +517,30 @@ def _import_cirrus() -> tuple[Any, Any]:
     utils.get_resource.cache_clear()
     utils.QUEUE_URLS.clear()
     return process, update_state
+
+
+# cirrus-geo's loggers (cirrus.lib.logging configures them when cirrus is first imported, as
+# the stack starts): one StreamHandler, bound to the stderr of that moment.
+CIRRUS_LOGGERS = ("lambda_function", "function", "feeder", "task", "cirrus.lib")
+
+
+@contextlib.contextmanager
+def cirrus_logs_to(sink: IO[str]) -> Iterator[None]:
+    """Send cirrus's log lines to ``sink`` (a log file), as the tracker's go there.
+
+    Nothing to do without cirrus: its loggers then have no handlers.
+    """
+    handlers = {
+        handler
+        for name in CIRRUS_LOGGERS
+        for handler in logging.getLogger(name).handlers
+        if isinstance(handler, logging.StreamHandler)
+        and not isinstance(handler, logging.FileHandler)
+    }
+    saved = [(handler, handler.setStream(sink)) for handler in handlers]
+    try:
+        yield
+    finally:
+        for handler, stream in saved:
+            if stream is not None:
+                handler.setStream(stream)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.console import Console, Group
@@ -17,6 +15,7 @@ from rich.live import Live
 from rich.table import Table
 
 from dependency_tracker_cli.render import STATE_STYLE
+from dependency_tracker_local.cirrus import cirrus_logs_to
 from dependency_tracker_local.demo import (
     ParentStatus,
     Report,
@@ -26,9 +25,6 @@ from dependency_tracker_local.demo import (
     run_scenario,
 )
 from dependency_tracker_local.demo_cirrus import build_cirrus_scenario
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 
 def demo(
@@ -96,7 +92,7 @@ def demo(
     with (
         log_path.open("w") as sink,
         EmbeddedStack(log_level="INFO", sink=sink, cirrus=cirrus) as stack,
-        _cirrus_logs_to(sink),
+        cirrus_logs_to(sink),
     ):
         if stack.cirrus is not None:
             stack.cirrus.create_test_workflows(stack.client)
@@ -123,33 +119,6 @@ def demo(
         )
         return
     console.print("[green]✓ every parent ended as expected; every dependency ran exactly once[/]")
-
-
-# cirrus-geo's loggers (cirrus.lib.logging configures them when cirrus is first imported, as
-# the stack starts): one StreamHandler, bound to the stderr of that moment.
-CIRRUS_LOGGERS = ("lambda_function", "function", "feeder", "task", "cirrus.lib")
-
-
-@contextlib.contextmanager
-def _cirrus_logs_to(sink: IO[str]) -> Iterator[None]:
-    """Send cirrus's log lines to ``sink`` (the demo's log file), as the tracker's go there.
-
-    Nothing to do without cirrus: its loggers then have no handlers.
-    """
-    handlers = {
-        handler
-        for name in CIRRUS_LOGGERS
-        for handler in logging.getLogger(name).handlers
-        if isinstance(handler, logging.StreamHandler)
-        and not isinstance(handler, logging.FileHandler)
-    }
-    saved = [(handler, handler.setStream(sink)) for handler in handlers]
-    try:
-        yield
-    finally:
-        for handler, stream in saved:
-            if stream is not None:
-                handler.setStream(stream)
 
 
 def _styled(state: str | None) -> str:

@@ -10,6 +10,7 @@ import typer
 from dependency_tracker.core.errors import PayloadNotFoundError
 from dependency_tracker_cli import render
 from dependency_tracker_cli.options import Json, aws_command
+from dependency_tracker_cli.readmodel import CirrusPrefix, CirrusStateTableName
 from dependency_tracker_cli.target import Target
 from dependency_tracker_cli.waitgraph import WaitGraph
 
@@ -40,16 +41,21 @@ def graph(
         bool, typer.Option("--all", help="Include waits that are over (parent notified).")
     ] = False,
     json_output: Json = False,
+    cirrus_prefix: CirrusPrefix = None,
+    cirrus_state_table: CirrusStateTableName = None,
 ) -> None:
     """Print the wait-for graph: parents → dependencies, nodes coloured by state.
 
     Cycles (payloads that wait on each other) are outlined and listed on stderr.
+    In cirrus mode the payloads' states are cirrus-geo's.
 
     Examples:
       dependency-tracker graph
       dependency-tracker graph --root ID --format dot | dot -Tsvg > why.svg
       dependency-tracker graph --all --json
+      dependency-tracker graph --format json --cirrus-prefix cirrus
     """
+    target.use_cirrus(prefix=cirrus_prefix, state_table=cirrus_state_table)
     whole = load_graph(target, include_done=include_done)
     shown = whole
     if root is not None:
@@ -70,7 +76,7 @@ def graph(
 
 
 def load_graph(target: Target, *, include_done: bool) -> WaitGraph:
-    """Scan the dependency table and colour the payloads with their states."""
+    """Scan the dependency table and colour the payloads with their states (either mode's)."""
     rows = []
     with render.progress(total_label=False) as bar:
         task = bar.add_task("reading the dependency table", total=None)
@@ -79,5 +85,6 @@ def load_graph(target: Target, *, include_done: bool) -> WaitGraph:
             bar.update(task, description=f"reading the dependency table ({len(rows)} rows)")
         built = WaitGraph.from_rows(rows, include_done=include_done)
         bar.update(task, description="reading payload states")
-        built.set_states(target.states.batch_get(built.payload_ids()))
+        reader = target.payloads
+        built.set_states(reader.get_many(built.payload_ids()), source=reader.source)
     return built

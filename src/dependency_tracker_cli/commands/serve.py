@@ -2,6 +2,8 @@
 
 # No ``from __future__ import annotations``: Typer reads these annotations at runtime.
 
+import contextlib
+import importlib.metadata
 import json
 import os
 import signal
@@ -18,6 +20,7 @@ from rich.table import Table
 from dependency_tracker.core import settings
 from dependency_tracker_cli import render
 from dependency_tracker_cli.options import ENV_STACK_NAME, Json, Prefix, fail, reported_errors
+from dependency_tracker_local.cirrus import cirrus_logs_to
 
 # 4566 is the LocalStack product's port (and 4510-4559 its services'): serve must not collide.
 DEFAULT_PORT = 4600
@@ -57,6 +60,14 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    cirrus: Annotated[
+        bool,
+        typer.Option(
+            "--cirrus",
+            help="Cirrus mode: beside a local cirrus-geo (prefix cirrus) whose own Lambdas run "
+            "every payload (needs cirrus-geo, Python >= 3.12: .venv-cirrus).",
+        ),
+    ] = False,
     json_output: Json = False,
 ) -> None:
     """Run the embedded stack behind a local AWS-compatible endpoint until Ctrl-C.
@@ -67,16 +78,23 @@ def serve(
     endpoint. A state machine created later as {prefix}-{workflow} is managed
     at once. The outputs are also a CloudFormation stack on the endpoint
     (--stack-name, default the prefix), with the deployed template's output
-    names, so --stack-name works against serve as against AWS.
+    names, so --stack-name works against serve as against AWS. With --cirrus
+    the tracker runs in cirrus mode beside a local cirrus-geo deployment (its
+    test workflows cirrus-succeed, cirrus-fail, ... created), and the outputs
+    hold cirrus's names too (CirrusStateTableName, ...).
 
     Examples:
       dependency-tracker serve
       dependency-tracker serve --port 4600 --prefix mine --outputs-file outputs.json
+      .venv-cirrus/bin/dependency-tracker serve --cirrus
     """
     try:
         from dependency_tracker_local import EmbeddedStack  # noqa: PLC0415  (the local extra)
+        from dependency_tracker_local.cirrus import CirrusUnavailableError  # noqa: PLC0415
     except ImportError as exc:
         fail(f"serve needs the local extra (pip install 'dependency-tracker[local]'): {exc}")
+    if cirrus:
+        _require_cirrus()
 
     stop = threading.Event()
     previous = (
@@ -98,12 +116,18 @@ def serve(
                 log_level=log_level,
                 sink=sink,
                 strict=strict,
+                cirrus=cirrus,
             )
             try:
                 stack.start()
             except OSError as exc:
                 fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+            except CirrusUnavailableError as exc:
+                # Its first clause: the whole message repeats the hint over several sentences.
+                fail(f"serve --cirrus: {str(exc).split(': ', 1)[0]}", 2, hint=_CIRRUS_HINT)
             try:
+                if stack.cirrus is not None:
+                    stack.cirrus.create_test_workflows(stack.client)
                 outputs = dict(stack.outputs)
                 outputs["StackName"] = stack_name or prefix
                 register_stack(stack.client("cloudformation"), outputs["StackName"], outputs)
@@ -113,8 +137,9 @@ def serve(
                     f"outputs in {outputs_file}, handler logs in {log_file}; serving until Ctrl-C",
                     soft_wrap=True,
                 )
-                while not stop.wait(1.0):
-                    pass
+                with _cirrus_logs(sink, on=cirrus):
+                    while not stop.wait(1.0):
+                        pass
             finally:
                 stack.stop()
                 outputs_file.unlink(missing_ok=True)
@@ -122,6 +147,32 @@ def serve(
         for number, handler in previous.items():
             signal.signal(number, handler)
     notes.print("stopped")
+
+
+_CIRRUS_HINT = (
+    "make venv-cirrus, then run .venv-cirrus/bin/dependency-tracker serve --cirrus "
+    "(cirrus-geo 2.0.0 needs Python >= 3.12)"
+)
+
+
+def _require_cirrus() -> None:
+    """Exit 2 with a hint when cirrus-geo is not installed (before starting anything)."""
+    try:
+        importlib.metadata.version("cirrus-geo")
+    except importlib.metadata.PackageNotFoundError:
+        fail(
+            f"serve --cirrus runs cirrus-geo's own Lambdas: cirrus-geo is not installed in "
+            f"{sys.executable}",
+            2,
+            hint=_CIRRUS_HINT,
+        )
+
+
+def _cirrus_logs(sink: Any, *, on: bool) -> contextlib.AbstractContextManager[None]:
+    """Send cirrus's log lines to the log file, as the handlers' go (cirrus logs to stderr)."""
+    if not on:
+        return contextlib.nullcontext()
+    return cirrus_logs_to(sink)
 
 
 def template_outputs(outputs: dict[str, Any]) -> dict[str, str]:
@@ -189,4 +240,10 @@ def _show(outputs: dict[str, Any], *, json_output: bool) -> None:
             "--message-body file://payload.json",
             soft_wrap=True,
         )
+        if "CirrusStateTableName" in outputs:
+            console.print(
+                f"     dependency-tracker status ID --endpoint-url {endpoint} --stack-name "
+                f"{outputs['StackName']}   (payload state from cirrus's state table)",
+                soft_wrap=True,
+            )
     sys.stdout.flush()

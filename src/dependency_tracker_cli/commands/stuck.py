@@ -12,7 +12,9 @@ from dependency_tracker.core.enums import utcnow
 from dependency_tracker_cli import render
 from dependency_tracker_cli.commands.graph import load_graph
 from dependency_tracker_cli.options import Json, aws_command
+from dependency_tracker_cli.readmodel import CirrusPrefix, CirrusStateTableName
 from dependency_tracker_cli.target import Target
+from dependency_tracker_cli.views import error_text
 from dependency_tracker_cli.waitgraph import StuckParent
 
 
@@ -24,13 +26,19 @@ def stuck(
         str, typer.Option(metavar="DURATION", help="Threshold, e.g. 90s, 30m, 1h30m, 2d.")
     ] = "1h",
     json_output: Json = False,
+    cirrus_prefix: CirrusPrefix = None,
+    cirrus_state_table: CirrusStateTableName = None,
 ) -> None:
     """List parents waiting longer than a threshold, and what holds each of them.
+
+    In cirrus mode a dependency's state and reason come from cirrus-geo's state table.
 
     Examples:
       dependency-tracker stuck --older-than 30m
       dependency-tracker stuck --stack-name deptrack --older-than 2h --json
+      dependency-tracker stuck --older-than 10m --cirrus-prefix cirrus
     """
+    target.use_cirrus(prefix=cirrus_prefix, state_table=cirrus_state_table)
     try:
         threshold = render.parse_duration(older_than)
     except ValueError as exc:
@@ -64,14 +72,15 @@ def _table(parents: list[StuckParent], now: datetime, older_than: timedelta) -> 
         for hold in parent.holds:
             dependency = hold.dependency
             name = dependency.label if hold.join is None else f"{dependency.label} (via join)"
+            view = dependency.payload
             table.add_row(
                 render.plain(parent.parent.label) if first else "",
                 render.age(parent.since, now) if first else "",
                 render.plain(name),
                 render.styled(dependency.state),
-                render.plain(None if dependency.item is None else dependency.item.attempt),
+                render.plain(None if view is None else view.attempt),
                 render.plain(hold.reason),
-                render.clipped(None if dependency.item is None else dependency.item.last_error),
+                render.clipped(None if view is None else error_text(view)),
                 end_section=hold is parent.holds[-1],
             )
             first = False

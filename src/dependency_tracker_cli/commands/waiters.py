@@ -16,6 +16,7 @@ from dependency_tracker.table.items import MembershipItem, WaiterItem
 from dependency_tracker.table.join_items import JoinItem
 from dependency_tracker_cli import render
 from dependency_tracker_cli.options import Json, aws_command
+from dependency_tracker_cli.readmodel import CirrusPrefix, CirrusStateTableName
 from dependency_tracker_cli.target import Target
 from dependency_tracker_cli.waitgraph import execution_label
 
@@ -26,17 +27,21 @@ def waiters(
     *,
     payload_id: Annotated[str, typer.Argument(metavar="PAYLOAD_ID", show_default=False)],
     json_output: Json = False,
+    cirrus_prefix: CirrusPrefix = None,
+    cirrus_state_table: CirrusStateTableName = None,
 ) -> None:
     """List who waits on a payload: parent execution, waiting payload, since when, notified.
 
     Task tokens are shown only as sha256: hashes. Exits 5 if the payload id is
-    unknown (no state item and no waiter), so a typo never reads as "nobody
-    waits".
+    unknown (no state item and no waiter; in cirrus mode, none in cirrus's state
+    table either), so a typo never reads as "nobody waits".
 
     Examples:
       dependency-tracker waiters sentinel-2-l2a/workflow-simulate/tile-1
       dependency-tracker waiters "$(cat id.txt)" --json
+      dependency-tracker waiters s2/workflow-cog/tile-1 --cirrus-prefix cirrus
     """
+    target.use_cirrus(prefix=cirrus_prefix, state_table=cirrus_state_table)
     views: list[dict[str, Any]] = []
     joins: dict[str, JoinItem | None] = {}
     counts: dict[str, tuple[int, int]] = {}
@@ -51,7 +56,7 @@ def waiters(
             views.append(_membership_view(row, joins[row.join_id], counts[row.join_id]))
     views.sort(key=lambda view: (view["since"], view["waiter"]))
     # No rows and no state item: most likely a typo, which must not read as "no waiters".
-    known = bool(views) or target.states.get(payload_id) is not None
+    known = bool(views) or payload_id in target.payloads.get_many([payload_id])
     if json_output:
         render.emit_json({"payload_id": payload_id, "found": known, "waiters": views})
     if not known:
