@@ -54,7 +54,7 @@ from dependency_tracker.core.limits import SQS_MAX_BATCH_ENTRIES
 from dependency_tracker.core.naming import execution_name
 from dependency_tracker.core.settings import ENV_JOIN_CHUNK_SIZE
 from dependency_tracker.joins.manifest import manifest_text
-from dependency_tracker.joins.store import DEFAULT_CONCURRENCY as MEMBERSHIP_PUT_CONCURRENCY
+from dependency_tracker.joins.row_access import DEFAULT_CONCURRENCY as MEMBERSHIP_PUT_CONCURRENCY
 from dependency_tracker.table.join_items import JOIN_COUNT_SHARDS
 
 if TYPE_CHECKING:

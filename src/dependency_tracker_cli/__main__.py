@@ -11,8 +11,11 @@ from dependency_tracker_cli.commands import (
     demo,
     follow,
     graph,
+    list_cmd,
+    logs,
     publish,
     redrive,
+    rerun,
     serve,
     status,
     stuck,
@@ -67,6 +70,9 @@ app.command(cls=Command)(waiters.waiters)
 app.command(cls=Command)(graph.graph)
 app.command(cls=Command)(stuck.stuck)
 app.command(cls=Command)(redrive.redrive)
+app.command(name="list", cls=Command)(list_cmd.list_payloads)
+app.command(cls=Command)(rerun.rerun)
+app.command(cls=Command)(logs.logs)
 
 
 def main() -> None:

@@ -98,8 +98,13 @@ def clipped(text: str | None, limit: int = 80) -> str:
     """``text`` on one line, at most ``limit`` characters."""
     if not text:
         return "—"
+    return escape(one_line(text, limit))
+
+
+def one_line(text: str, limit: int) -> str:
+    """``text`` on one line, at most ``limit`` characters, not escaped (graph labels)."""
     line = " ".join(text.split())
-    return escape(line if len(line) <= limit else line[: limit - 1] + "…")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def age(since: datetime | None, now: datetime) -> str:

@@ -30,6 +30,14 @@ if TYPE_CHECKING:
 _CONFIG = Config(retries={"mode": "standard"})
 # Known workflows an unknown-workflow error lists (the rest are counted).
 _LISTED_WORKFLOWS = 8
+# Each handler's output naming its function, and its name under the template's rule.
+_FUNCTIONS = (
+    ("ProcessFunctionName", "process"),
+    ("UpdateStateFunctionName", "update-state"),
+    ("CallbackFunctionName", "callback"),
+    ("SweeperFunctionName", "sweeper"),
+    ("CirrusEventsFunctionName", "cirrus-events"),
+)
 # A local endpoint without configured credentials or region gets these.
 LOCAL_REGION = "us-east-1"
 LOCAL_CREDENTIALS = ("testing", "testing")
@@ -70,6 +78,8 @@ class ResourceNames:
     process_dlq_url: str | None = None
     payload_bucket: str | None = None
     cirrus_state_table: str | None = None
+    # (handler, function name) the outputs give; the others follow {prefix}-{handler}.
+    functions: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_outputs(cls, outputs: Mapping[str, Any], *, prefix: str) -> Self:
@@ -94,6 +104,18 @@ class ResourceNames:
             process_dlq_url=output("ProcessDlqUrl"),
             payload_bucket=output("PayloadBucketName"),
             cirrus_state_table=output("CirrusStateTableName"),
+            functions=tuple(
+                (handler, name) for key, handler in _FUNCTIONS if (name := output(key))
+            ),
+        )
+
+    @property
+    def log_groups(self) -> tuple[str, ...]:
+        """The handlers' CloudWatch log groups: ``/aws/lambda/{function name}``."""
+        named = dict(self.functions)
+        return tuple(
+            f"/aws/lambda/{named.get(handler, f'{self.prefix}-{handler}')}"
+            for _, handler in _FUNCTIONS
         )
 
 
@@ -234,7 +256,7 @@ class Target:
     @cached_property
     def payloads(self) -> PayloadReader:
         """Where payload state is read: cirrus's table in cirrus mode, else the tracker's."""
-        tracker = TrackerReader(self.states)
+        tracker = TrackerReader(self.states, self.client("dynamodb"))
         table = self.cirrus_state_table
         if table is None:
             return tracker

@@ -17,7 +17,7 @@ from dependency_tracker_cli.readmodel import PayloadSource, PayloadView, as_view
 from dependency_tracker_cli.waitgraph import execution_label
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Collection, Iterable
 
 
 # The payload id and the last execution's name: copied into other commands, never cut.
@@ -59,6 +59,18 @@ def error_text(view: PayloadView) -> str | None:
     return view.last_error
 
 
+def unknown_workflow(workflow: str, *, prefix: str, machines: Collection[str]) -> str | None:
+    """Why a message for ``workflow`` cannot start: no ``{prefix}-{workflow}`` (else None).
+
+    The tracker keeps such a message ``CLAIMED`` and retries it; only its log
+    says why, so the operator's commands check the state machine themselves.
+    """
+    machine = f"{prefix}-{workflow}"
+    if machine in machines:
+        return None
+    return f"unknown workflow {workflow!r}: no state machine {machine}"
+
+
 def payload_table(rows: Iterable[tuple[str, Shown]], *, title: str = "payloads") -> Table:
     """Human view of payloads: state, attempts, executions, last error, result.
 
@@ -90,11 +102,12 @@ def payload_table(rows: Iterable[tuple[str, Shown]], *, title: str = "payloads")
     return table
 
 
-def payload_card(payload_id: str, item: Shown) -> Table:
+def payload_card(payload_id: str, item: Shown, *, reason: str | None = None) -> Table:
     """Everything the state table holds on one payload, one field a line.
 
     A payload read from cirrus's state table says so (``source``); cirrus counts
-    no attempts (``—``) and keeps its error as one text (``last error``).
+    no attempts (``—``) and keeps its error as one text (``last error``). ``reason``
+    says why a payload does not move on (``why``), when the caller found out.
     Print it with :func:`~dependency_tracker_cli.render.print_table` (no key column:
     an ARN is one word, and a card too narrow for its longest word prints as lines).
     """
@@ -106,6 +119,8 @@ def payload_card(payload_id: str, item: Shown) -> Table:
         card.add_row("state", "[red]not found[/]")
         return card
     card.add_row("state", render.styled(view.state.value))
+    if reason:
+        card.add_row("why", render.clipped(reason, 400))
     if view.source is PayloadSource.CIRRUS:
         card.add_row("source", f"cirrus ({render.plain(view.table)})")
     card.add_row("workflow", render.plain(view.workflow))

@@ -13,10 +13,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.core.tokens import redact_token
 from dependency_tracker.table.items import MembershipItem, WaiterItem
 from dependency_tracker.table.join_items import JoinItem
+from dependency_tracker_cli import render
 from dependency_tracker_cli.readmodel import PayloadSource, PayloadView, as_view
 
 if TYPE_CHECKING:
@@ -27,6 +30,86 @@ if TYPE_CHECKING:
     from dependency_tracker.table.rows import Row
 
 PAYLOAD, EXECUTION, JOIN, WAITER = "payload", "execution", "join", "waiter"
+
+# DescribeExecution's codes for an execution that is not there (any more, or never was).
+_NO_EXECUTION = frozenset({"ExecutionDoesNotExist", "InvalidArn"})
+# A parent's status when DescribeExecution finds no execution, or the row names none.
+GONE, UNKNOWN = "GONE", "UNKNOWN"
+# Characters of an error kept in a mermaid or dot label.
+_LABEL_ERROR_CHARS = 48
+
+
+def is_failure(state: str | None) -> bool:
+    """True for a state a run ended in without success (``FAILED``, ``INVALID``, ``ABORTED``)."""
+    return state in {s.value for s in PayloadState if s.is_terminal and not s.is_success}
+
+
+@dataclass(frozen=True)
+class ParentRun:
+    """How a parent execution stands (``DescribeExecution``), and why it failed."""
+
+    status: str
+    error: str | None = None
+    cause: str | None = None
+
+    @property
+    def running(self) -> bool:
+        """True while the execution runs."""
+        return self.status == "RUNNING"
+
+    @property
+    def failed(self) -> bool:
+        """True when it ended without success (failed, timed out, aborted)."""
+        return self.status in ("FAILED", "TIMED_OUT", "ABORTED")
+
+
+def describe_parents(sfn: Any, arns: Iterable[str]) -> dict[str, ParentRun]:
+    """``DescribeExecution`` once per distinct parent ARN (:data:`GONE` when there is none)."""
+    runs: dict[str, ParentRun] = {}
+    for arn in dict.fromkeys(arns):
+        try:
+            described = sfn.describe_execution(executionArn=arn)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in _NO_EXECUTION:
+                raise
+            runs[arn] = ParentRun(GONE)
+            continue
+        runs[arn] = ParentRun(
+            str(described["status"]), described.get("error"), described.get("cause")
+        )
+    return runs
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An error and its cause, and whose they are.
+
+    ``parent``: the parent execution's own (``DescribeExecution``); ``row``: what the
+    tracker stored on the waiting row (what it sent, or sends, the parent);
+    ``payload``: the dependency's last error, from its state table.
+    """
+
+    error: str | None
+    cause: str | None
+    source: str
+
+    def text(self) -> str:
+        """``error: cause`` (either may be missing)."""
+        return ": ".join(part for part in (self.error, self.cause) if part)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON view (the cause whole)."""
+        return {"source": self.source, "error": self.error, "cause": self.cause}
+
+
+def failure_of(run: ParentRun | None, error: str | None, cause: str | None) -> Failure | None:
+    """The parent's failure when it failed and says why, else the row's (None: neither)."""
+    if run is not None and run.failed and (run.error or run.cause):
+        return Failure(run.error, run.cause, "parent")
+    if error or cause:
+        return Failure(error, cause, "row")
+    return None
+
 
 # Fill colours by state (mermaid and dot); parents without a payload id are grey.
 FILL = {
@@ -53,6 +136,17 @@ class Node:
     # The state table a payload node was looked up in (set with its state).
     source: PayloadSource | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+    # The parent execution's run, when it was described.
+    run: ParentRun | None = None
+
+    @property
+    def parent_arn(self) -> str | None:
+        """The execution ARN of the parent this node stands for, if it is one."""
+        if "parent_execution" in self.detail:
+            return str(self.detail["parent_execution"])
+        if self.kind == EXECUTION:
+            return self.id.removeprefix(f"{EXECUTION}:")
+        return None
 
     @property
     def is_parent_only(self) -> bool:
@@ -81,6 +175,11 @@ class Node:
             data["attempt"] = self.payload.attempt
             data["execution_arn"] = self.payload.last_execution
             data["last_error"] = self.payload.last_error
+            data["last_cause"] = self.payload.last_cause
+        if self.run is not None:
+            data["parent_status"] = self.run.status
+            data["parent_error"] = self.run.error
+            data["parent_cause"] = self.run.cause
         return data | self.detail
 
 
@@ -94,6 +193,9 @@ class Edge:
     since: datetime
     notified: bool
     via: str
+    # What the row stored for a failed dependency: sent (or to send) to the parent.
+    error: str | None = None
+    cause: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """JSON view."""
@@ -104,6 +206,8 @@ class Edge:
             "since": self.since.isoformat(),
             "notified": self.notified,
             "via": self.via,
+            "error": self.error,
+            "cause": self.cause,
         }
 
 
@@ -124,7 +228,18 @@ class Hold:
         data["reason"] = self.reason
         data["waiting_since"] = self.edge.since.isoformat()
         data["join_id"] = None if self.join is None else self.join.detail.get("join_id")
+        failure = self.failure
+        data["error"] = None if failure is None else failure.error
+        data["cause"] = None if failure is None else failure.cause
         return data
+
+    @property
+    def failure(self) -> Failure | None:
+        """The dependency's last error and cause, else what its row stored."""
+        view = self.dependency.payload
+        if view is not None and (view.last_error or view.last_cause):
+            return Failure(view.last_error, view.last_cause, "payload")
+        return failure_of(None, self.edge.error, self.edge.cause)
 
     @property
     def reason(self) -> str:
@@ -163,10 +278,24 @@ class StuckParent:
     since: datetime
     holds: list[Hold]
 
+    @property
+    def run(self) -> ParentRun:
+        """The parent execution's run (:data:`UNKNOWN` until described, or without an ARN)."""
+        return self.parent.run or ParentRun(UNKNOWN)
+
+    @property
+    def reason(self) -> str | None:
+        """Why a parent no longer waits (None while its execution runs)."""
+        return None if self.run.running else f"parent ended: {self.run.status}"
+
     def to_json(self, now: datetime) -> dict[str, Any]:
         """JSON view."""
         return {
             "parent": self.parent.to_json(),
+            "parent_status": self.run.status,
+            "reason": self.reason,
+            "error": self.run.error,
+            "cause": self.run.cause,
             "waiting_since": self.since.isoformat(),
             "waiting_seconds": int((now - self.since).total_seconds()),
             "dependencies": [hold.to_json() for hold in self.holds],
@@ -227,6 +356,23 @@ class WaitGraph:
         """Ids of every payload node."""
         return {node.label for node in self.nodes.values() if node.kind == PAYLOAD}
 
+    def failed_parents(self) -> set[str]:
+        """ARNs of the parents shown failed: told (or to be told) a failure, or failed payloads."""
+        arns: set[str] = set()
+        for edge in self.edges:
+            node = self.nodes[edge.source]
+            arn = node.parent_arn
+            if arn and (is_failure(edge.state) or is_failure(node.state)):
+                arns.add(arn)
+        return arns
+
+    def set_parent_runs(self, runs: Mapping[str, ParentRun]) -> None:
+        """Give each parent node its execution's run (those described)."""
+        for node in self.nodes.values():
+            arn = node.parent_arn
+            if arn is not None and arn in runs:
+                node.run = runs[arn]
+
     def _add_waiter(self, row: WaiterItem) -> None:
         self._token_wait(row, self._payload(row.payload_id))
 
@@ -279,6 +425,7 @@ class WaitGraph:
     def _edge(
         self, source: Node, target: Node, row: Row, *, done_at: datetime | None, via: str
     ) -> None:
+        failed = is_failure(row.workflow_state.value)
         self.edges.append(
             Edge(
                 source=source.id,
@@ -287,6 +434,8 @@ class WaitGraph:
                 since=row.created_at,
                 notified=done_at is not None,
                 via=via,
+                error=row.error if failed else None,
+                cause=row.cause if failed else None,
             )
         )
 
@@ -506,13 +655,25 @@ def _label_lines(node: Node) -> list[str]:
         lines.append(execution_label(str(node.detail["parent_execution"])))
     elif node.kind in (PAYLOAD, JOIN):
         lines.append(node.state or "no state")
+    run = node.run
+    if run is not None and run.failed:
+        failure = failure_of(run, None, None)
+        why = f": {failure.text()}" if failure is not None else ""
+        lines.append(render.one_line(f"parent {run.status}{why}", _LABEL_ERROR_CHARS))
+    elif node.payload is not None and is_failure(node.state):
+        view = node.payload
+        failure = failure_of(None, view.last_error, view.last_cause)
+        if failure is not None:
+            lines.append(render.one_line(failure.text(), _LABEL_ERROR_CHARS))
     return lines
 
 
 def _edge_label(edge: Edge) -> str:
     if edge.state == PayloadState.PROCESSING:
         return ""
-    return edge.state if edge.notified else f"{edge.state}, not notified"
+    state = f"{edge.state}: {edge.error}" if edge.error else edge.state
+    label = state if edge.notified else f"{state}, not notified"
+    return render.one_line(label, _LABEL_ERROR_CHARS)
 
 
 def _class(key: str) -> str:

@@ -152,7 +152,8 @@ def test_status_shows_the_running_payload_and_the_failed_one_with_cirrus_s_error
 
 def test_stuck_says_running_in_cirrus_and_failed_in_cirrus(cirrus_at_work: str) -> None:
     def both_held() -> dict[str, Any] | None:
-        shown = json.loads(cli("stuck", "--older-than", "1s", "--json").stdout)
+        # --all: the lost-event waiter's row names no parent execution
+        shown = json.loads(cli("stuck", "--older-than", "1s", "--all", "--json").stdout)
         holds = {
             hold["payload_id"]: hold
             for parent in shown["parents"]

@@ -297,8 +297,8 @@ def test_stuck_lists_old_parents_and_what_holds_them(server: Server, parent: str
     server.dependencies().register(
         old.model_copy(update={"created_at": utcnow() - timedelta(hours=2)})
     )
-    # WHEN parents older than an hour are asked for
-    result = server.cli("stuck", "--older-than", "1h", "--json")
+    # WHEN parents older than an hour are asked for (--all: its row names no execution)
+    result = server.cli("stuck", "--older-than", "1h", "--all", "--json")
     # THEN only that parent is listed, held by its dependency
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -320,7 +320,7 @@ def test_stuck_lists_old_parents_and_what_holds_them(server: Server, parent: str
     assert [(d["payload_id"], d["reason"]) for d in real["dependencies"]] == [
         (sim_id("slow"), "running")
     ]
-    human = server.cli("stuck", "--older-than", "90m")
+    human = server.cli("stuck", "--older-than", "90m", "--all")
     assert human.exit_code == 0, human.output
     assert "stuck/parent" in human.stdout
     bad = server.cli("stuck", "--older-than", "soon")

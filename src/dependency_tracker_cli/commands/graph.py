@@ -12,7 +12,7 @@ from dependency_tracker_cli import render
 from dependency_tracker_cli.options import Json, aws_command
 from dependency_tracker_cli.readmodel import CirrusPrefix, CirrusStateTableName
 from dependency_tracker_cli.target import Target
-from dependency_tracker_cli.waitgraph import WaitGraph
+from dependency_tracker_cli.waitgraph import WaitGraph, describe_parents
 
 
 class GraphFormat(StrEnum):
@@ -47,7 +47,9 @@ def graph(
     """Print the wait-for graph: parents → dependencies, nodes coloured by state.
 
     Cycles (payloads that wait on each other) are outlined and listed on stderr.
-    In cirrus mode the payloads' states are cirrus-geo's.
+    In cirrus mode the payloads' states are cirrus-geo's. A failed payload or wait
+    shows its error and cause (short in labels, whole in JSON); a parent told a
+    failure shows its execution's own (one DescribeExecution per such parent).
 
     Examples:
       dependency-tracker graph
@@ -63,6 +65,7 @@ def graph(
         if node is None:
             raise PayloadNotFoundError(f"{root} (nothing waits on it and it waits on nothing)")
         shown = whole.around(node)
+    shown.set_parent_runs(describe_parents(target.client("stepfunctions"), shown.failed_parents()))
     if json_output or output_format is GraphFormat.JSON:
         render.emit_json(shown.to_json())
     elif output_format is GraphFormat.DOT:

@@ -10,10 +10,12 @@ from rich.table import Table
 
 from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.joins.messages import JoinChunkMessage, JoinMessage
-from dependency_tracker.waits.messages import read_message
+from dependency_tracker.table.prefixes import INVALID_MESSAGE_PREFIX
+from dependency_tracker.waits.messages import ProcessMessage, read_message
 from dependency_tracker_cli import render
 from dependency_tracker_cli.options import Json, aws_command, fail
 from dependency_tracker_cli.target import Target
+from dependency_tracker_cli.views import unknown_workflow
 
 _BATCH = 10
 # How long a received DLQ message stays hidden while it is moved (or listed).
@@ -26,11 +28,25 @@ class DeadLetter:
 
     message: dict[str, Any]
     moved: bool = False
+    # Why it is in the DLQ, when that can be told (see :func:`_reasons`).
+    reason: str | None = None
 
     @property
     def message_id(self) -> str:
         """SQS message id."""
         return str(self.message["MessageId"])
+
+    def workflows(self) -> list[str]:
+        """The workflows the message would start (none for a wait, a chunk, or a bad body)."""
+        try:
+            parsed = read_message(self.message["Body"])
+        except InvalidMessageError:
+            return []
+        if isinstance(parsed, JoinMessage):
+            return list(dict.fromkeys(payload.workflow for payload in parsed.payloads))
+        if isinstance(parsed, ProcessMessage):
+            return [parsed.payload.workflow]
+        return []
 
     def summary(self) -> dict[str, Any]:
         """What the message is about (payload ids or join), without its body."""
@@ -43,11 +59,13 @@ class DeadLetter:
             "payload_ids": [],
             "join_id": None,
             "note": None,
+            "reason": self.reason,
         }
         try:
             parsed = read_message(self.message["Body"])
         except InvalidMessageError as exc:
             data["note"] = exc.reason
+            data["reason"] = self.reason or exc.reason
             return data
         if isinstance(parsed, JoinMessage):
             data["payload_ids"] = [payload.id for payload in parsed.payloads]
@@ -76,6 +94,10 @@ def redrive(
     json_output: Json = False,
 ) -> None:
     """Move messages from the process DLQ back to the process queue (after a fix).
+
+    Each message is listed with why it is there, when that can be told: the
+    tracker's invalid-message record of it (the reason its parent was told), an
+    unknown workflow (no state machine for it), or a body that cannot be read.
 
     Examples:
       dependency-tracker redrive --dry-run
@@ -109,7 +131,29 @@ def redrive(
             bar.advance(task, len(batch))
     if held:  # a dry run hid what it listed: show it again at once
         _release(sqs, dlq_url, held)
+    _reasons(target, list(found.values()))
     _show(list(found.values()), dry_run=dry_run, json_output=json_output)
+
+
+def _reasons(target: Target, letters: list[DeadLetter]) -> None:
+    """Find why each message is in the DLQ: its invalid-message record, else its workflow."""
+    if not letters:
+        return
+    records = target.states.batch_get(
+        f"{INVALID_MESSAGE_PREFIX}{letter.message_id}" for letter in letters
+    )
+    machines: set[str] | None = None
+    for letter in letters:
+        record = records.get(f"{INVALID_MESSAGE_PREFIX}{letter.message_id}")
+        if record is not None and record.last_error:
+            letter.reason = record.last_error
+            continue
+        for workflow in letter.workflows():
+            if machines is None:  # one ListStateMachines, only when a message starts one
+                machines = target.state_machine_names()
+            letter.reason = unknown_workflow(workflow, prefix=target.prefix, machines=machines)
+            if letter.reason:
+                break
 
 
 def _receive(sqs: Any, queue_url: str, count: int) -> list[dict[str, Any]]:
@@ -189,7 +233,7 @@ def _show(letters: list[DeadLetter], *, dry_run: bool, json_output: bool) -> Non
     table = Table(
         title=f"{verb} {len(letters) if dry_run else moved} message(s) to the process queue"
     )
-    for column in ("message", "payloads", "receives", "note"):
+    for column in ("message", "payloads", "receives", "reason"):
         table.add_column(column)
     for summary in summaries:
         payloads = ", ".join(summary["payload_ids"])
@@ -199,6 +243,6 @@ def _show(letters: list[DeadLetter], *, dry_run: bool, json_output: bool) -> Non
             render.plain(summary["message_id"]),
             render.plain(payloads),
             str(summary["receive_count"]),
-            render.clipped(summary["note"]),
+            render.clipped(summary["reason"]),
         )
     render.print_table(console, table, keys=(0, 1))

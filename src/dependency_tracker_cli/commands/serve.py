@@ -130,6 +130,7 @@ def serve(
                     stack.cirrus.create_test_workflows(stack.client)
                 outputs = dict(stack.outputs)
                 outputs["StackName"] = stack_name or prefix
+                outputs["LogFile"] = str(log_file.resolve())  # where `logs` reads
                 register_stack(stack.client("cloudformation"), outputs["StackName"], outputs)
                 _write_atomically(outputs_file, outputs)
                 _show(outputs, json_output=json_output)

@@ -18,7 +18,12 @@ from dependency_tracker_cli import render
 from dependency_tracker_cli.options import Json, aws_command
 from dependency_tracker_cli.readmodel import CirrusPrefix, CirrusStateTableName
 from dependency_tracker_cli.target import Target
-from dependency_tracker_cli.waitgraph import execution_label
+from dependency_tracker_cli.waitgraph import (
+    describe_parents,
+    execution_label,
+    failure_of,
+    is_failure,
+)
 
 
 @aws_command
@@ -32,7 +37,9 @@ def waiters(
 ) -> None:
     """List who waits on a payload: parent execution, waiting payload, since when, notified.
 
-    Task tokens are shown only as sha256: hashes. Exits 5 if the payload id is
+    A failed wait shows its error and cause: the parent execution's own when it
+    failed (one DescribeExecution per such parent), else what the tracker stored on
+    the row. Task tokens are shown only as sha256: hashes. Exits 5 if the payload id is
     unknown (no state item and no waiter; in cirrus mode, none in cirrus's state
     table either), so a typo never reads as "nobody waits".
 
@@ -55,6 +62,7 @@ def waiters(
                 counts[row.join_id] = (counted[0], counted[1])
             views.append(_membership_view(row, joins[row.join_id], counts[row.join_id]))
     views.sort(key=lambda view: (view["since"], view["waiter"]))
+    _add_failures(target, views)
     # No rows and no state item: most likely a typo, which must not read as "no waiters".
     known = bool(views) or payload_id in target.payloads.get_many([payload_id])
     if json_output:
@@ -81,10 +89,36 @@ def _waiter_view(row: WaiterItem) -> dict[str, Any]:
         "resolved_at": row.resolved_at,
         "replayed": row.replayed,
         "error": row.error,
+        "cause": row.cause,
         "notified": row.notified_at is not None,
         "notified_at": row.notified_at,
         "notify_outcome": row.notify_outcome,
     }
+
+
+def _add_failures(target: Target, views: list[dict[str, Any]]) -> None:
+    """Give each failed wait its ``failure``: its parent's error and cause, else the row's."""
+    arns = [
+        view["parent_execution"]
+        for view in views
+        if is_failure(view["state"]) and view["parent_execution"]
+    ]
+    runs = describe_parents(target.client("stepfunctions"), arns) if arns else {}
+    for view in views:
+        failed = is_failure(view["state"])
+        run = runs.get(view["parent_execution"]) if failed else None
+        view["parent_status"] = None if run is None else run.status
+        failure = failure_of(run, view["error"], view["cause"]) if failed else None
+        view["failure"] = None if failure is None else failure.to_json()
+
+
+def _failure_text(failure: dict[str, Any] | None, parent_status: str | None) -> str:
+    if failure is None:
+        return "—"
+    text = ": ".join(part for part in (failure["error"], failure["cause"]) if part)
+    if failure["source"] == "parent":
+        text = f"parent {parent_status}: {text}"
+    return render.clipped(text, 60)
 
 
 def _membership_view(
@@ -101,6 +135,7 @@ def _membership_view(
         "resolved_at": row.resolved_at,
         "replayed": row.replayed,
         "error": row.error,
+        "cause": row.cause,
         "notified": join is not None and join.notified_at is not None,
         "notified_at": None if join is None else join.notified_at,
         "notify_outcome": None if join is None else join.notify_outcome,
@@ -120,7 +155,8 @@ def _membership_view(
 
 def _table(payload_id: str, views: list[dict[str, Any]], now: datetime) -> Table:
     table = Table(title=f"waiters on {render.escape_line(payload_id)}")
-    for column in ("waiter", "parent execution", "waiting payload", "since", "state", "notified"):
+    columns = ("waiter", "parent execution", "waiting payload", "since", "state", "notified")
+    for column in (*columns, "error: cause"):
         table.add_column(column)
     for view in views:
         parent = view["parent_execution"]
@@ -136,5 +172,6 @@ def _table(payload_id: str, views: list[dict[str, Any]], now: datetime) -> Table
             f"{render.plain(view['since'])} ({render.age(view['since'], now)} ago)",
             render.styled(view["state"]),
             notified,
+            _failure_text(view["failure"], view["parent_status"]),
         )
     return table

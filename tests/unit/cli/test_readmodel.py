@@ -29,6 +29,7 @@ from dependency_tracker_cli.readmodel import (
 from dependency_tracker_cli.target import ConnectionOptions, Target
 from dependency_tracker_local.cirrus import _state_table_spec
 from tests.conftest import payload, payload_id
+from tests.unit.cli.parents import running_parent
 from tests.unit.cli.rows import token
 
 if TYPE_CHECKING:
@@ -67,8 +68,8 @@ def cirrus_table(aws: Aws) -> Aws:
     return aws
 
 
-def waits_on(aws: Aws, pid: str, parent: str) -> None:
-    """``parent`` has waited on ``pid`` for an hour."""
+def waits_on(aws: Aws, pid: str, parent: str, execution: str | None = None) -> None:
+    """``parent`` (``execution``) has waited on ``pid`` for an hour."""
     since = datetime.now(UTC) - timedelta(hours=1)
     assert aws.dependencies.register(
         WaiterItem(
@@ -79,6 +80,7 @@ def waits_on(aws: Aws, pid: str, parent: str) -> None:
             created_at=since,
             updated_at=since,
             waiter_payload_id=parent,
+            parent_execution=execution,
         )
     )
 
@@ -212,9 +214,10 @@ def test_stuck_says_a_payload_is_running_in_cirrus_not_that_it_never_started(
 ) -> None:
     # GIVEN a parent that has waited an hour on a payload cirrus is running, one it failed,
     # and one cirrus has not taken yet
-    waits_on(cirrus_table, RUNNING, "parent")
-    waits_on(cirrus_table, FAILED, "parent")
-    waits_on(cirrus_table, payload_id("queued"), "parent")
+    execution = running_parent(cirrus_table, "parent")
+    waits_on(cirrus_table, RUNNING, "parent", execution)
+    waits_on(cirrus_table, FAILED, "parent", execution)
+    waits_on(cirrus_table, payload_id("queued"), "parent", execution)
     # WHEN stuck reads in cirrus mode
     result = CliRunner().invoke(
         app, ["stuck", "--older-than", "30m", "--cirrus-prefix", "cirrus", "--json"]

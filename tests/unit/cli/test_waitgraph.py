@@ -179,6 +179,8 @@ def test_json_lists_nodes_with_states_and_edges() -> None:
             "since": (NOW - timedelta(minutes=5)).isoformat(),
             "notified": False,
             "via": data["edges"][0]["via"],
+            "error": None,
+            "cause": None,
         }
     ]
     assert data["edges"][0]["via"].startswith("sha256:")
