@@ -19,6 +19,7 @@ from dependency_tracker_cli.commands import (
     serve,
     status,
     stuck,
+    ui,
     wait,
     waiters,
 )
@@ -73,6 +74,7 @@ app.command(cls=Command)(redrive.redrive)
 app.command(name="list", cls=Command)(list_cmd.list_payloads)
 app.command(cls=Command)(rerun.rerun)
 app.command(cls=Command)(logs.logs)
+app.command(cls=Command)(ui.ui)
 
 
 def main() -> None:

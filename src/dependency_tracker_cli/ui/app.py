@@ -1,0 +1,165 @@
+"""The ``ui`` page: a Flask app over the CLI's read model, read-only, rendered on the server.
+
+``/`` is the whole page; ``/fragment`` the same sections alone, which the page's
+small inline script fetches every few seconds to refresh them in place (without
+JavaScript a ``<noscript>`` meta refresh reloads the page instead). Every
+section is paged with its own ``?<section>_page=N`` (``?page=N`` pages the
+payloads); ``/join/<id>`` pages a join's members; ``/execution?arn=`` is
+``DescribeExecution`` as JSON (linked on ``serve``, where there is no console).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+from flask import Flask, Response, abort, render_template, request, url_for
+from markupsafe import Markup
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+
+from dependency_tracker.joins.store import JoinStore
+from dependency_tracker_cli.ui import views
+from dependency_tracker_cli.ui.svg import to_svg
+
+if TYPE_CHECKING:
+    from dependency_tracker_cli.target import Target
+
+SECTIONS = ("counts", "parents", "joins", "stuck", "graph", "payloads")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the page reads and refreshes."""
+
+    refresh_seconds: int = 5
+    stuck_after: timedelta = timedelta(hours=1)
+    page_size: int = views.PAGE_SIZE
+    # Nodes a column of the graph picture shows before "+N more".
+    graph_nodes: int = 20
+
+
+def create_app(target: Target, settings: Settings | None = None) -> Flask:
+    """The Flask app serving the page for ``target`` (``serve`` or a deployed stack)."""
+    config = settings or Settings()
+    app = Flask(__name__, template_folder=str(Path(__file__).with_name("templates")))
+
+    @app.template_global()
+    def page_url(section: str, number: int) -> str:
+        """This page's URL with ``section`` on page ``number`` (the other sections kept)."""
+        arguments: dict[str, Any] = request.args.to_dict()
+        if section == "payloads":
+            arguments.pop("page", None)
+        arguments[f"{section}_page"] = str(number)
+        return url_for(request.endpoint or "index", **(request.view_args or {}), **arguments)
+
+    @app.get("/")
+    def index() -> str:
+        return render_template(
+            "page.html",
+            refresh=config.refresh_seconds,
+            target=_where(target),
+            **_sections(target, config),
+        )
+
+    @app.get("/fragment")
+    def fragment() -> str:
+        return render_template("sections.html", **_sections(target, config))
+
+    @app.get("/join/<path:join_id>")
+    def join(join_id: str) -> str:
+        store = JoinStore(target.client("dynamodb"), target.names.dependency_table)
+        row, succeeded, failed = store.read(join_id)
+        if row is None:
+            abort(404)
+        members, duplicates = store.members(join_id)
+        return render_template(
+            "join.html",
+            join_id=join_id,
+            row=row,
+            succeeded=succeeded,
+            failed=failed,
+            duplicates=len(duplicates),
+            members=views.paged(members, _number("members_page"), config.page_size),
+        )
+
+    @app.get("/execution")
+    def execution() -> Response:
+        arn = request.args.get("arn", "")
+        try:
+            described = target.client("stepfunctions").describe_execution(executionArn=arn)
+        except ClientError as exc:
+            body = {"error": exc.response.get("Error", {})}
+            return Response(json.dumps(body, indent=2), 404, mimetype="application/json")
+        described.pop("ResponseMetadata", None)
+        text = json.dumps(described, indent=2, default=str)
+        return Response(text, mimetype="application/json")
+
+    return app
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No line per request: the page refreshes every few seconds."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        """Log nothing."""
+
+
+def page_server(app: Flask, host: str = "127.0.0.1", port: int = 0) -> BaseWSGIServer:
+    """A threaded HTTP server of ``app`` (``port`` 0: any free one), quiet per request."""
+    return make_server(host, port, app, threaded=True, request_handler=_QuietHandler)
+
+
+def _number(name: str) -> int:
+    """A page number from the query (1 when missing or not a number)."""
+    try:
+        return max(1, int(request.args.get(name, "1")))
+    except ValueError:
+        return 1
+
+
+def _sections(target: Target, config: Settings) -> dict[str, Any]:
+    """Every section's page, read now."""
+    snapshot = views.read_snapshot(target)
+    graph = snapshot.graph
+    size = config.page_size
+    joins = views.paged(views.join_ids(graph), _number("joins_page"), size)
+    payload_page = _number("payloads_page") if "payloads_page" in request.args else _number("page")
+    return {
+        "counts": views.paged(views.state_counts(snapshot.payloads), _number("counts_page"), size),
+        "parents": views.paged(views.waiting(target, graph), _number("parents_page"), size),
+        "joins": views.Page(
+            views.join_progress(target, joins.rows), joins.number, joins.pages, joins.total
+        ),
+        "stuck": views.paged(
+            views.stuck_parents(target, graph, config.stuck_after), _number("stuck_page"), size
+        ),
+        "stuck_after": views_duration(config.stuck_after),
+        "graph_svg": Markup(to_svg(graph, max_per_layer=config.graph_nodes)),  # noqa: S704
+        "graph_nodes": len(graph.nodes),
+        "graph_edges": len(graph.edges),
+        "cycles": [[graph.nodes[n].label for n in group] for group in graph.cycles()],
+        "payloads": views.paged(snapshot.payloads, payload_page, size),
+    }
+
+
+def views_duration(value: timedelta) -> str:
+    """``1h``, ``5m``, ``30s`` or ``0s``: the stuck threshold as the page says it."""
+    seconds = int(value.total_seconds())
+    for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % length == 0:
+            return f"{seconds // length}{unit}"
+    return f"{seconds}s"
+
+
+def _where(target: Target) -> str:
+    """What the page reads: the endpoint, the stack or the prefix."""
+    options = target.options
+    if options.stack_name:
+        return f"stack {options.stack_name}"
+    if options.endpoint_url:
+        return f"{options.endpoint_url} (prefix {target.prefix})"
+    return f"prefix {target.prefix}"

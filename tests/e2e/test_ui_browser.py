@@ -1,0 +1,252 @@
+"""``dependency-tracker ui`` in a real browser (headless Chromium), against ``serve``.
+
+What a person sees is read from the rendered DOM: a join's count rising as the
+page refreshes itself, a failed parent's cause, a cycle drawn red, page 2 of
+the payloads. Without Chromium or chromedriver these tests fail in CI
+(``CI=true``) and are skipped elsewhere, with one line saying what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker_cli.target import ConnectionOptions, Target
+from dependency_tracker_cli.ui.app import Settings, create_app, page_server
+from tests.conftest import wait_until
+from tests.e2e.serving import Server, serving
+from tests.unit.cli.rows import waiter
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+# Members of the join whose progress is watched; each takes a few seconds (1 to 8).
+MEMBERS = 20
+
+
+def missing_browser() -> str | None:
+    """What the browser tests lack (Chromium, chromedriver, selenium), or None."""
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not shutil.which(path)]
+    try:
+        import selenium  # noqa: F401, PLC0415
+    except ImportError:
+        missing.append("the selenium package (pip install -e '.[dev]')")
+    return ", ".join(missing) or None
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    missing = missing_browser()
+    if missing is not None:
+        line = f"browser tests need {missing} (apt-get install chromium chromium-driver)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(line, pytrace=False)
+        pytest.skip(line)
+    from selenium import webdriver  # noqa: PLC0415
+    from selenium.webdriver.chrome.service import Service  # noqa: PLC0415
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
+        options.add_argument(argument)
+    options.add_argument("--window-size=1400,1000")
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with serving(tmp_path_factory.mktemp("serve")) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def page(server: Server) -> Iterator[str]:
+    """The ui app against ``server``, refreshing every second, every waiting parent stuck."""
+    target = Target(ConnectionOptions(endpoint_url=server.endpoint, prefix="deptrack"))
+    app = create_app(target, Settings(refresh_seconds=1, stuck_after=timedelta(0)))
+    http = page_server(app)
+    thread = threading.Thread(target=http.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{http.server_port}/"
+    finally:
+        http.shutdown()
+        http.server_close()
+
+
+def simulate(item: str, *, seconds: int = 0, outcome: str = "succeed") -> dict[str, Any]:
+    return {
+        "type": "FeatureCollection",
+        "features": [{"type": "Feature", "id": item, "collection": "ui"}],
+        "process": [
+            {
+                "workflow": "simulate",
+                "tasks": {"simulate": {"seconds": seconds, "outcome": outcome}},
+            }
+        ],
+    }
+
+
+def start(server: Server, machine: str, name: str, document: dict[str, Any]) -> str:
+    sfn = server.client("stepfunctions")
+    arn = server.outputs["StateMachines"][machine]
+    return str(
+        sfn.start_execution(stateMachineArn=arn, name=name, input=json.dumps(document))[
+            "executionArn"
+        ]
+    )
+
+
+def text_of(driver: WebDriver, css: str) -> str | None:
+    """Text of the first element ``css`` selects, or None (the page may be mid-refresh)."""
+    from selenium.common.exceptions import (  # noqa: PLC0415
+        NoSuchElementException,
+        StaleElementReferenceException,
+    )
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    try:
+        return str(driver.find_element(By.CSS_SELECTOR, css).text)
+    except (NoSuchElementException, StaleElementReferenceException):
+        return None
+
+
+def test_a_join_s_counted_members_rise_as_the_page_refreshes(
+    browser: WebDriver, server: Server, page: str
+) -> None:
+    # GIVEN a parent waiting on a join of 20 members taking 1 to 8 seconds each
+    members = [simulate(f"join-{i:02d}", seconds=1 + i * 7 // MEMBERS) for i in range(MEMBERS)]
+    start(server, "wait-for-join", "ui-join", {"dependencies": members, "timeout_seconds": 300})
+    # WHEN the page is loaded once, and shows the join
+    browser.get(page)
+    browser.execute_script("window.notReloaded = true;")
+    row = "tr.join[data-join-id] span.counted"
+
+    def shown() -> list[int]:
+        text = text_of(browser, row)
+        return [] if text is None else [int(text)]
+
+    (first,) = wait_until(shown, timeout=60)
+    assert text_of(browser, "tr.join span.total") == str(MEMBERS)
+    # THEN, without a reload, a later refresh shows more members counted
+    wait_until(lambda: shown() > [first], timeout=60, every=0.2)
+    assert browser.execute_script("return window.notReloaded === true;")
+    assert int(browser.execute_script("return document.body.dataset.refreshes || 0;")) >= 1
+
+
+def test_a_failed_parent_s_cause_is_shown(browser: WebDriver, server: Server, page: str) -> None:
+    # GIVEN a parent that failed because its dependency failed
+    bad = simulate("bad", outcome="fail")
+    arn = start(server, "wait-for-dependencies", "ui-failed", {"dependencies": [bad]})
+    sfn = server.client("stepfunctions")
+    described = wait_until(
+        lambda: (d := sfn.describe_execution(executionArn=arn))["status"] != "RUNNING" and d,
+        timeout=60,
+    )
+    assert described["status"] == "FAILED"
+    # AND a row still naming it as a waiter (its notification not recorded yet)
+    dependency = ProcessPayload.model_validate(bad).id
+    server.dependencies().register(
+        waiter(dependency, "ui-failed", parent="ui/failed", execution=arn)
+    )
+    # WHEN the page is loaded
+    browser.get(page)
+    # THEN the stuck parent shows it ended FAILED, with its execution's error and cause
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    def parent_row() -> str | None:
+        for element in browser.find_elements(By.CSS_SELECTOR, "tr.stuck-parent"):
+            if "ui/failed" in element.text:
+                return str(element.text)
+        return None
+
+    text = wait_until(parent_row, timeout=30)
+    assert "parent ended: FAILED" in text
+    assert str(described["error"]) in text
+    assert str(described["cause"]).splitlines()[0][:60] in text
+    # AND the dependency holding it shows its own error
+    assert "TaskFailed: simulated task failure" in text
+
+
+def test_a_cycle_is_drawn_with_red_edges(browser: WebDriver, server: Server, page: str) -> None:
+    # GIVEN two payloads waiting on each other (rows as the tracker would write them)
+    table = server.dependencies()
+    table.register(waiter("ui/cycle-a", "ui-cycle-1", parent="ui/cycle-b"))
+    table.register(waiter("ui/cycle-b", "ui-cycle-2", parent="ui/cycle-a"))
+    # WHEN the page is loaded
+    browser.get(page)
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    # THEN the graph names the cycle and draws its two edges red
+    wait_until(lambda: "ui/cycle-a ⇄ ui/cycle-b" in (text_of(browser, "#graph") or ""))
+    red = browser.find_elements(By.CSS_SELECTOR, "#graph svg path.edge.cycle")
+    assert len(red) == 2
+    assert {edge.get_attribute("stroke") for edge in red} == {"#e03131"}
+    titles = [
+        str(title.get_attribute("textContent"))
+        for title in browser.find_elements(By.CSS_SELECTOR, "#graph svg g.node title")
+    ]
+    assert "ui/cycle-a: no state" in titles
+
+
+def test_page_two_shows_the_next_payloads(browser: WebDriver, server: Server, page: str) -> None:
+    # GIVEN more payloads than a page holds
+    states = server.states()
+    for index in range(30):
+        model = ProcessPayload.model_validate(simulate(f"page-{index:02d}"))
+        states.claim(model, None)
+        states.set_final(
+            payload_id=model.id,
+            workflow=model.workflow,
+            state=PayloadState.SUCCEEDED,
+            execution_arn="arn:done",
+            attempt=1,
+        )
+    everything = sorted(item["payload_id"]["S"] for item in _scan(server))
+    # WHEN page 1 is loaded, then its "next" link followed
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    browser.get(page)
+
+    def ids() -> list[str]:
+        cells = browser.find_elements(By.CSS_SELECTOR, "#payloads td.payload-id")
+        return [str(cell.text) for cell in cells]
+
+    first = ids()
+    assert f"({len(everything)} rows)" in (text_of(browser, "#payloads h2") or "")
+    browser.find_element(By.CSS_SELECTOR, "#payloads .pager a.next").click()
+    wait_until(lambda: text_of(browser, "#payloads .page-number") == "2")
+    second = ids()
+    # THEN page 2 holds the ids that follow page 1's, in order, never all of them at once
+    assert first == everything[: len(first)]
+    assert second == everything[len(first) : len(first) + len(second)]
+    assert second
+    assert len(first) == 25
+
+
+def _scan(server: Server) -> list[dict[str, Any]]:
+    client = server.client("dynamodb")
+    pages = client.get_paginator("scan").paginate(TableName=server.outputs["StateTableName"])
+    return [
+        item
+        for scanned in pages
+        for item in scanned["Items"]
+        if "payload_id" in item and "state" in item
+    ]
