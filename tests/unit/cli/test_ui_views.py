@@ -92,6 +92,10 @@ def test_a_join_shows_its_counted_members_total_and_quorum(aws: Aws) -> None:
     assert (progress.counted, progress.total, progress.needed, progress.percent) == (2, 4, 3, 50)
     assert progress.execution is not None
     assert progress.execution.arn == ARN
+    # AND the page names what the parent waits on once ("join j1 …", not "join join j1 …")
+    page = create_app(target(), Settings()).test_client().get("/").get_data(as_text=True)
+    assert "join join" not in page
+    assert "join j1" in page
     # AND on serve an execution links to the page's own JSON view
     link = views.execution_link(target("http://127.0.0.1:4600"), ARN)
     assert link.href.startswith("/execution?arn=arn%3Aaws%3Astates")
@@ -128,7 +132,7 @@ def test_the_page_and_its_fragment_render_every_section(aws: Aws) -> None:
     # THEN every section is there with its row count, and the cycle edges are red
     for section in ("counts", "parents", "joins", "stuck", "graph", "payloads"):
         assert f'<section id="{section}">' in page
-    assert "(1 rows)" in page
+    assert "(1 row)" in page
     assert "(2 nodes, 2 edges)" in page
     assert page.count('class="edge cycle"') == 2
     assert '<noscript><meta http-equiv="refresh"' in page
