@@ -7,7 +7,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console, Group
@@ -15,16 +15,11 @@ from rich.live import Live
 from rich.table import Table
 
 from dependency_tracker_cli.render import STATE_STYLE
-from dependency_tracker_local.cirrus import cirrus_logs_to
-from dependency_tracker_local.demo import (
-    ParentStatus,
-    Report,
-    Scenario,
-    Snapshot,
-    build_scenario,
-    run_scenario,
-)
-from dependency_tracker_local.demo_cirrus import build_cirrus_scenario
+
+if TYPE_CHECKING:
+    # The local extra (moto) is imported only when the demo runs: every other command must
+    # start without it, and fast (importing moto costs seconds).
+    from dependency_tracker_local.demo import ParentStatus, Report, Scenario, Snapshot
 
 
 def demo(
@@ -63,7 +58,11 @@ def demo(
       dependency-tracker demo --parents 10 --dependencies 4 --seed 3 --join-members 50
       dependency-tracker demo --cirrus
     """
-    from dependency_tracker_local import EmbeddedStack  # noqa: PLC0415  (needs the local extra)
+    # The local extra, imported only when the demo runs (see TYPE_CHECKING above).
+    from dependency_tracker_local import EmbeddedStack  # noqa: PLC0415
+    from dependency_tracker_local.cirrus import cirrus_logs_to  # noqa: PLC0415
+    from dependency_tracker_local.demo import build_scenario, run_scenario  # noqa: PLC0415
+    from dependency_tracker_local.demo_cirrus import build_cirrus_scenario  # noqa: PLC0415
 
     console = Console(file=sys.stdout)
     if not console.is_terminal:

@@ -20,7 +20,6 @@ from rich.table import Table
 from dependency_tracker.core import settings
 from dependency_tracker_cli import render
 from dependency_tracker_cli.options import ENV_STACK_NAME, Json, Prefix, fail, reported_errors
-from dependency_tracker_local.cirrus import cirrus_logs_to
 
 # 4566 is the LocalStack product's port (and 4510-4559 its services'): serve must not collide.
 DEFAULT_PORT = 4600
@@ -173,6 +172,8 @@ def _cirrus_logs(sink: Any, *, on: bool) -> contextlib.AbstractContextManager[No
     """Send cirrus's log lines to the log file, as the handlers' go (cirrus logs to stderr)."""
     if not on:
         return contextlib.nullcontext()
+    from dependency_tracker_local.cirrus import cirrus_logs_to  # noqa: PLC0415  (the local extra)
+
     return cirrus_logs_to(sink)
 
 
