@@ -14,7 +14,6 @@ import sys
 import warnings
 from typing import IO, TYPE_CHECKING, Any, Self
 
-import boto3
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf import cloudwatch as emf_module
 from botocore import UNSIGNED
 from botocore.config import Config
@@ -23,7 +22,7 @@ from moto import mock_aws
 from dependency_tracker import app as app_module
 from dependency_tracker.app import App
 from dependency_tracker.cirrus.models import subscription_attributes
-from dependency_tracker.core import settings
+from dependency_tracker.core import clients, settings
 from dependency_tracker.core.clients import config as client_config
 from dependency_tracker.core.observability import logger
 from dependency_tracker.core.settings import Settings
@@ -276,7 +275,7 @@ class EmbeddedStack:
         """
         config = client_config()
         unsigned = self.endpoint_url is None and service != "s3"
-        return boto3.session.Session().client(  # type: ignore[call-overload]
+        return clients.session().client(  # type: ignore[call-overload]
             service,
             region_name=self.region,
             endpoint_url=self.endpoint_url,
@@ -356,7 +355,7 @@ class EmbeddedStack:
 
     def client(self, service: str) -> Any:
         """A boto3 client bound to the stack (region, and the server's endpoint if any)."""
-        return boto3.session.Session().client(  # type: ignore[call-overload]
+        return clients.session().client(  # type: ignore[call-overload]
             service, region_name=self.region, endpoint_url=self.endpoint_url
         )
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +48,11 @@ class TemplateError(ValueError):
 # ---------------------------------------------------------------------- reading the file
 
 
-class _CfnLoader(yaml.SafeLoader):  # type: ignore[misc]
+# libyaml's parser (in PyYAML's wheels) reads the template in a tenth of the pure-Python time.
+_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _CfnLoader(_SafeLoader):  # type: ignore[misc]
     """YAML with CloudFormation's short-form tags read as their long forms."""
 
 
@@ -69,9 +74,21 @@ def _short_form(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[s
 _CfnLoader.add_multi_constructor("!", _short_form)
 
 
+# Parsed templates by (path, modification time, size): every stack start reads the file
+# twice (its resources, the platform model's settings). An edited file is read again.
+_PARSED: dict[tuple[str, int, int], bytes] = {}
+
+
 def load_template(path: Path = TEMPLATE_PATH) -> dict[str, Any]:
-    """``template.yaml`` as plain data (short-form tags expanded)."""
-    loaded: dict[str, Any] = yaml.load(path.read_text(encoding="utf-8"), Loader=_CfnLoader)  # noqa: S506 - a SafeLoader
+    """``template.yaml`` as plain data (short-form tags expanded); a fresh copy each call."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    parsed = _PARSED.get(key)
+    if parsed is None:
+        text = path.read_text(encoding="utf-8")
+        parsed = pickle.dumps(yaml.load(text, Loader=_CfnLoader))  # noqa: S506 - a SafeLoader
+        _PARSED[key] = parsed
+    loaded: dict[str, Any] = pickle.loads(parsed)  # noqa: S301 - bytes this process wrote
     return loaded
 
 
