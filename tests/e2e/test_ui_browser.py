@@ -3,15 +3,13 @@
 What a person sees is read from the rendered DOM: a join's count rising as the
 page refreshes itself, a failed parent's cause, a cycle drawn red, page 2 of
 the payloads. Without Chromium or chromedriver these tests fail in CI
-(``CI=true``) and are skipped elsewhere, with one line saying what is missing.
+(``CI=true``) and are skipped elsewhere, with one line saying what is missing
+(tests/browser.py, shared with the page's test in cirrus mode).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import threading
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +18,8 @@ import pytest
 from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker_cli.target import ConnectionOptions, Target
-from dependency_tracker_cli.ui.app import Settings, create_app, page_server
+from dependency_tracker_cli.ui.app import Settings, create_app
+from tests.browser import chromium, served, text_of
 from tests.conftest import wait_until
 from tests.e2e.serving import Server, serving
 from tests.unit.cli.rows import waiter
@@ -32,42 +31,14 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 # Members of the join whose progress is watched; each takes a few seconds (1 to 8).
 MEMBERS = 20
 
 
-def missing_browser() -> str | None:
-    """What the browser tests lack (Chromium, chromedriver, selenium), or None."""
-    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not shutil.which(path)]
-    try:
-        import selenium  # noqa: F401, PLC0415
-    except ImportError:
-        missing.append("the selenium package (pip install -e '.[dev]')")
-    return ", ".join(missing) or None
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[WebDriver]:
-    missing = missing_browser()
-    if missing is not None:
-        line = f"browser tests need {missing} (apt-get install chromium chromium-driver)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(line, pytrace=False)
-        pytest.skip(line)
-    from selenium import webdriver  # noqa: PLC0415
-    from selenium.webdriver.chrome.service import Service  # noqa: PLC0415
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
-        options.add_argument(argument)
-    options.add_argument("--window-size=1400,1000")
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture(scope="module")
@@ -80,15 +51,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def page(server: Server) -> Iterator[str]:
     """The ui app against ``server``, refreshing every second, every waiting parent stuck."""
     target = Target(ConnectionOptions(endpoint_url=server.endpoint, prefix="deptrack"))
-    app = create_app(target, Settings(refresh_seconds=1, stuck_after=timedelta(0)))
-    http = page_server(app)
-    thread = threading.Thread(target=http.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{http.server_port}/"
-    finally:
-        http.shutdown()
-        http.server_close()
+    with served(create_app(target, Settings(refresh_seconds=1, stuck_after=timedelta(0)))) as url:
+        yield url
 
 
 def simulate(item: str, *, seconds: int = 0, outcome: str = "succeed") -> dict[str, Any]:
@@ -112,20 +76,6 @@ def start(server: Server, machine: str, name: str, document: dict[str, Any]) -> 
             "executionArn"
         ]
     )
-
-
-def text_of(driver: WebDriver, css: str) -> str | None:
-    """Text of the first element ``css`` selects, or None (the page may be mid-refresh)."""
-    from selenium.common.exceptions import (  # noqa: PLC0415
-        NoSuchElementException,
-        StaleElementReferenceException,
-    )
-    from selenium.webdriver.common.by import By  # noqa: PLC0415
-
-    try:
-        return str(driver.find_element(By.CSS_SELECTOR, css).text)
-    except (NoSuchElementException, StaleElementReferenceException):
-        return None
 
 
 def test_a_join_s_counted_members_rise_as_the_page_refreshes(

@@ -18,21 +18,16 @@ from dependency_tracker.table.items import MembershipItem, WaiterItem
 from dependency_tracker.table.rows import is_bookkeeping_item, row_from_item
 from dependency_tracker_cli import render
 from dependency_tracker_cli.options import Json, aws_command
-from dependency_tracker_cli.readmodel import (
-    CirrusPrefix,
-    CirrusStateTableName,
+from dependency_tracker_cli.readmodel.filters import PayloadFilter, time_filter_parts, within
+from dependency_tracker_cli.readmodel.paging import (
     Expression,
     InvalidNextTokenError,
     PageRequest,
-    PayloadFilter,
-    PayloadView,
     ScanResult,
-    collections_of,
     scan_page,
-    time_filter_parts,
-    within,
-    workflow_of,
 )
+from dependency_tracker_cli.readmodel.readers import CirrusPrefix, CirrusStateTableName
+from dependency_tracker_cli.readmodel.view import PayloadView, collections_of, workflow_of
 from dependency_tracker_cli.target import Target
 from dependency_tracker_cli.views import error_text
 from dependency_tracker_cli.waitgraph import execution_label

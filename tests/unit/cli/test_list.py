@@ -13,7 +13,7 @@ from dependency_tracker.cirrus.models import cirrus_key
 from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.table.items import PayloadStateItem
 from dependency_tracker_cli.__main__ import app
-from dependency_tracker_cli.readmodel import decode_token, encode_token
+from dependency_tracker_cli.readmodel.paging import decode_token, encode_token
 from dependency_tracker_local.cirrus import _state_table_spec
 from tests.conftest import STATE_TABLE, moto_query_page
 from tests.unit.cli.rows import waiter
