@@ -15,6 +15,7 @@ from dependency_tracker_cli.commands import (
     logs,
     publish,
     redrive,
+    release,
     rerun,
     serve,
     status,
@@ -71,6 +72,7 @@ app.command(cls=Command)(waiters.waiters)
 app.command(cls=Command)(graph.graph)
 app.command(cls=Command)(stuck.stuck)
 app.command(cls=Command)(redrive.redrive)
+app.command(cls=Command)(release.release)
 app.command(name="list", cls=Command)(list_cmd.list_payloads)
 app.command(cls=Command)(rerun.rerun)
 app.command(cls=Command)(logs.logs)

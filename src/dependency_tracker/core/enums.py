@@ -49,6 +49,8 @@ class DependencyError(StrEnum):
     QUORUM_UNREACHABLE = "QuorumUnreachable"
     INVALID_JOIN = "InvalidJoin"
     CYCLE = "DependencyCycle"
+    # Sent by an operator (``dependency-tracker release``), never by the tracker itself.
+    RELEASED = "DependencyReleased"
 
     @classmethod
     def for_state(cls, state: PayloadState) -> DependencyError:

@@ -1,0 +1,464 @@
+"""``dependency-tracker release``: fail a waiting parent with ``DependencyReleased`` and a cause.
+
+An operator ends a wait the tracker would otherwise hold until its dependency
+ends (or the parent's callback timeout): ``SendTaskFailure`` on the row's task
+token, then the row is marked the way the callback flow marks a row it told
+(``notified_at``, ``notify_outcome``), so neither the stream handler nor the
+sweeper answers it again. Send first, mark second, as the callback flow does:
+a crash in between leaves a row the tracker later answers, which Step Functions
+refuses harmlessly (the token is closed).
+"""
+
+# No ``from __future__ import annotations``: Typer reads these annotations at runtime.
+
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum, unique
+from typing import Annotated, Any
+
+import typer
+from botocore.exceptions import BotoCoreError, ClientError
+from rich.table import Table
+
+from dependency_tracker.core.backoff import error_code
+from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
+from dependency_tracker.core.errors import DependencyTrackerError, PayloadNotFoundError
+from dependency_tracker.core.limits import SFN_MAX_CAUSE_CHARS
+from dependency_tracker.core.settings import Settings
+from dependency_tracker.core.text import clip, fit_json
+from dependency_tracker.core.tokens import PARENT_GONE_CODES, redact_token
+from dependency_tracker.table.dependency_table import MAX_REFUSAL_CAUSE_CHARS, DependencyTable
+from dependency_tracker.table.dynamodb import update_if, values
+from dependency_tracker.table.items import MembershipItem, WaiterItem, key_attributes
+from dependency_tracker.table.join_items import JoinItem
+from dependency_tracker.table.rows import Row, is_bookkeeping_item, row_from_item
+from dependency_tracker_cli import render
+from dependency_tracker_cli.options import Json, aws_command
+from dependency_tracker_cli.target import Target
+from dependency_tracker_cli.waitgraph import execution_label
+
+# What ``notify_outcome`` starts with on a released row (the callback flow writes
+# ``SENT:<state>`` and ``PARENT_GONE:<code>``).
+RELEASED_OUTCOME = "RELEASED"
+_GONE_OUTCOME = "PARENT_GONE:"
+# The reason as it is kept in ``notify_outcome`` (shown by ``waiters``): one short line.
+_OUTCOME_REASON_CHARS = 200
+# The reason in the cause: the operator's text, long enough for a ticket and a sentence.
+MAX_REASON_CHARS = 4096
+# A row that changed between the read and the conditional write is read again, this often.
+_MARK_ATTEMPTS = 3
+# Exit code when nothing was released: every row had been answered or its token closed
+# (as ``rerun`` exits 3 when it sends nothing).
+NOTHING_RELEASED_EXIT = 3
+
+
+class AmbiguousWaiterError(DependencyTrackerError):
+    """Several parents wait on the payload and ``--waiter`` names none of them."""
+
+    exit_code = 2
+
+
+@unique
+class Outcome(StrEnum):
+    """What ``release`` did with one waiter row."""
+
+    RELEASED = "released"
+    WOULD_RELEASE = "would_release"
+    ALREADY_ANSWERED = "already_answered"
+    TOKEN_CLOSED = "token_closed"  # noqa: S105  (an outcome, not a secret)
+
+
+@dataclass
+class Release:
+    """One row to release (a task-token waiter or a join row) and what became of it."""
+
+    row: WaiterItem | JoinItem
+    outcome: Outcome | None = None
+    detail: str | None = None
+    cause: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def waiter(self) -> str:
+        """The row as ``waiters`` names it: ``sha256:...`` or ``join:<id>``."""
+        if isinstance(self.row, JoinItem):
+            return f"join:{self.row.join_id}"
+        return redact_token(self.row.task_token) or ""
+
+    def to_json(self) -> dict[str, Any]:
+        """``--json`` view of the row and its outcome (never the token)."""
+        data: dict[str, Any] = {
+            "kind": "join" if isinstance(self.row, JoinItem) else "token",
+            "waiter": self.waiter,
+            "payload_id": self.row.payload_id,
+            "join_id": self.row.join_id if isinstance(self.row, JoinItem) else None,
+            "parent_execution": self.row.parent_execution,
+            "waiter_payload_id": self.row.waiter_payload_id,
+            "state": self.row.workflow_state.value,
+            "outcome": None if self.outcome is None else self.outcome.value,
+            "detail": self.detail,
+            "cause": self.cause,
+        }
+        return data | self.extra
+
+
+@aws_command
+def release(
+    target: Target,
+    *,
+    what: Annotated[
+        str,
+        typer.Argument(
+            metavar="TARGET",
+            help="A parent execution ARN (all its waits), or the payload id it waits on.",
+            show_default=False,
+        ),
+    ],
+    reason: Annotated[
+        str,
+        typer.Option(
+            "--reason",
+            metavar="TEXT",
+            help="Why: goes into the cause the parent fails with, and onto the row.",
+            show_default=False,
+        ),
+    ],
+    waiter: Annotated[
+        str | None,
+        typer.Option(
+            "--waiter",
+            metavar="WAITER_ID",
+            help="With a payload id: the waiter to release, as `waiters` names it "
+            "(sha256:... or join:<id>).",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would be released; change nothing.")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    json_output: Json = False,
+) -> None:
+    """Fail a waiting parent with DependencyReleased, the operator's reason in the cause.
+
+    TARGET is a parent execution ARN (every wait of that execution: one scan of the
+    dependency table) or a payload id (its one waiter; --waiter picks one when several
+    wait). Each waiter gets SendTaskFailure(error=DependencyReleased); a join is
+    released once, by its join row. The row is then marked told, so the tracker never
+    answers it. A wait the tracker answered meanwhile, or whose task had closed, is
+    reported and left as it is (exit 3 when nothing was released).
+
+    Examples:
+      dependency-tracker release "$PARENT_ARN" --reason "tile-7 is never coming" --yes
+      dependency-tracker release sentinel-2-l2a/workflow-simulate/tile-7 --reason INC-42 --dry-run
+      dependency-tracker release s2/workflow-cog/tile-1 --waiter join:j1 --reason INC-9 --yes --json
+    """
+    if not reason.strip():
+        raise typer.BadParameter("give a reason", param_hint="'--reason'")
+    if waiter is not None and is_execution_arn(what):
+        raise typer.BadParameter("only with a payload id", param_hint="'--waiter'")
+    releases = _select(target.dependencies, what, waiter)
+    pending = [item for item in releases if item.row.notified_at is None]
+    if not dry_run and pending and not yes:
+        _confirm(what, len(pending))
+    now = utcnow()
+    released_by = None if dry_run or not pending else _caller(target)
+    releaser = Releaser(
+        target.dependencies, target.client("stepfunctions"), released_by=released_by, now=now
+    )
+    for item in releases:
+        releaser.run(item, reason=reason, dry_run=dry_run)
+    _show(what, releases, reason=reason, dry_run=dry_run, json_output=json_output)
+    if not any(item.outcome in (Outcome.RELEASED, Outcome.WOULD_RELEASE) for item in releases):
+        raise typer.Exit(NOTHING_RELEASED_EXIT)
+
+
+def is_execution_arn(text: str) -> bool:
+    """True for a Step Functions execution ARN (Standard or Express)."""
+    parts = text.split(":")
+    return (
+        len(parts) >= 8
+        and parts[0] == "arn"
+        and parts[2] == "states"
+        and (parts[5] in {"execution", "express"})
+    )
+
+
+def _select(dependencies: DependencyTable, what: str, waiter: str | None) -> list[Release]:
+    """The rows ``what`` names: a parent's waiter and join rows, or a payload's one waiter."""
+    if is_execution_arn(what):
+        rows = _rows_of_parent(dependencies, what)
+        if not rows:
+            raise PayloadNotFoundError(f"{what} (no waiter row names this parent execution)")
+        return [Release(row) for row in rows]
+    releases = _waits_on(dependencies, what)
+    if not releases:
+        raise PayloadNotFoundError(f"{what} (nothing waits on it)")
+    names = ", ".join(item.waiter for item in releases)
+    if waiter is not None:
+        chosen = [item for item in releases if item.waiter == waiter]
+        if not chosen:
+            raise PayloadNotFoundError(f"{what}: no waiter {waiter} (waiters: {names})")
+        return chosen
+    if len(releases) > 1:
+        msg = f"{len(releases)} waiters wait on {what}: pick one with --waiter ({names})"
+        raise AmbiguousWaiterError(msg)
+    return releases
+
+
+def _waits_on(dependencies: DependencyTable, payload_id: str) -> list[Release]:
+    """A payload's task-token waiters, and the join row of each join it is a member of."""
+    releases: list[Release] = []
+    for row in dependencies.rows(payload_id):
+        if isinstance(row, WaiterItem):
+            releases.append(Release(row))
+        elif isinstance(row, MembershipItem):
+            # A join holds one token for all its members: its own row is released.
+            join = dependencies.get_join(row.join_id)
+            if join is not None:
+                releases.append(Release(join))
+    return releases
+
+
+def _rows_of_parent(dependencies: DependencyTable, arn: str) -> list[WaiterItem | JoinItem]:
+    """Waiter and join rows that name ``arn`` as their parent: a filtered ``Scan``.
+
+    No index reads rows by parent; an operator tool may scan, as ``graph`` does.
+    """
+    scan: dict[str, Any] = {
+        "TableName": dependencies.table_name,
+        "ConsistentRead": True,
+        "FilterExpression": "parent_execution = :arn",
+        "ExpressionAttributeValues": values(arn=arn),
+    }
+    found: list[WaiterItem | JoinItem] = []
+    while True:
+        response = dependencies.client.scan(**scan)
+        for item in response.get("Items", []):
+            if is_bookkeeping_item(item):
+                continue
+            row = row_from_item(item)
+            if isinstance(row, WaiterItem | JoinItem):
+                found.append(row)
+        last = response.get("LastEvaluatedKey")
+        if not last:
+            break
+        scan["ExclusiveStartKey"] = last
+    found.sort(key=lambda row: (row.created_at, row.payload_id))
+    return found
+
+
+def _confirm(what: str, count: int) -> None:
+    if not sys.stdin.isatty():
+        raise typer.BadParameter(
+            "no terminal to confirm on: pass --yes (or --dry-run first)", param_hint="'--yes'"
+        )
+    typer.confirm(
+        f"fail the parent of {count} wait(s) on {what} with DependencyReleased?", abort=True
+    )
+
+
+def _caller(target: Target) -> str | None:
+    """The caller's ARN for the cause (``GetCallerIdentity`` needs no permission), or None."""
+    try:
+        return str(target.client("sts").get_caller_identity()["Arn"])
+    except (ClientError, BotoCoreError, KeyError):
+        return None
+
+
+def release_cause(
+    row: WaiterItem | JoinItem, *, reason: str, released_by: str | None, released_at: datetime
+) -> str:
+    """The ``SendTaskFailure`` cause: JSON, at most 32,768 characters."""
+    fields: dict[str, Any] = {"payload_id": row.payload_id}
+    if isinstance(row, JoinItem):
+        fields["join_id"] = row.join_id
+    if released_by is not None:
+        fields["released_by"] = released_by
+    fields["reason"] = clip(reason, MAX_REASON_CHARS)
+    fields["released_at"] = released_at.isoformat()
+    return fit_json(fields, ["reason", "payload_id", "released_by"], SFN_MAX_CAUSE_CHARS, len)
+
+
+class Releaser:
+    """Sends ``DependencyReleased`` to each row's token and marks the row told."""
+
+    def __init__(
+        self, dependencies: DependencyTable, sfn: Any, *, released_by: str | None, now: datetime
+    ) -> None:
+        self.dependencies = dependencies
+        self.sfn = sfn
+        self.released_by = released_by
+        self.now = now
+        # Parents this run failed: their other tokens closed with them.
+        self.failed_parents: set[str] = set()
+
+    def run(self, item: Release, *, reason: str, dry_run: bool) -> None:
+        """Release one row (or say what would happen), recording the outcome on ``item``."""
+        row = item.row
+        if row.notified_at is not None:
+            _answered(item, row)
+            return
+        item.cause = release_cause(
+            row, reason=reason, released_by=self.released_by, released_at=self.now
+        )
+        if dry_run:
+            item.outcome = Outcome.WOULD_RELEASE
+            return
+        try:
+            self.sfn.send_task_failure(
+                taskToken=row.task_token, error=DependencyError.RELEASED.value, cause=item.cause
+            )
+        except ClientError as exc:
+            code = error_code(exc)
+            if code not in PARENT_GONE_CODES:
+                raise
+            self._closed(item, code, reason)
+            return
+        if row.parent_execution:
+            self.failed_parents.add(row.parent_execution)
+        self._mark(item, reason)
+
+    def _closed(self, item: Release, code: str, reason: str) -> None:
+        """The token was closed: answered by the tracker meanwhile, or the parent ended."""
+        current = self.dependencies.get_row(item.row.payload_id, item.row.waiter_id)
+        if isinstance(current, WaiterItem | JoinItem) and current.notified_at is not None:
+            _answered(item, current)
+            return
+        parent = item.row.parent_execution
+        if parent is not None and parent in self.failed_parents:
+            # An earlier token of this parent failed it: this wait ended with it.
+            self._mark(item, reason, note=f"its parent had already failed ({code})")
+            return
+        item.outcome, item.detail = Outcome.TOKEN_CLOSED, code
+
+    def _mark(self, item: Release, reason: str, *, note: str | None = None) -> None:
+        """Mark the row told and released; a row the tracker told meanwhile is reported."""
+        row: Row | None = item.row
+        for _ in range(_MARK_ATTEMPTS):
+            if not isinstance(row, WaiterItem | JoinItem):
+                break
+            if row.notified_at is not None and not (row.notify_outcome or "").startswith(
+                _GONE_OUTCOME
+            ):
+                _answered(item, row)
+                return
+            if self._update(row, reason, item.cause or ""):
+                item.outcome, item.detail = Outcome.RELEASED, note
+                return
+            row = self.dependencies.get_row(item.row.payload_id, item.row.waiter_id)
+        # Sent, so released; the row could not be marked (changed again and again, or gone).
+        item.outcome, item.detail = Outcome.RELEASED, "the row could not be marked"
+
+    def _update(self, row: WaiterItem | JoinItem, reason: str, cause: str) -> bool:
+        """One conditional write: told, released, and (a waiter still waiting) ``ABORTED``.
+
+        It holds only if the row is as read: same token, same state, not told, or
+        told only that its parent was gone (the tracker's answer after this release,
+        refused because this release had closed the token).
+        """
+        retention = Settings.model_fields["waiter_retention_days"].default
+        expires = int((self.now + timedelta(days=retention)).timestamp())
+        outcome = f"{RELEASED_OUTCOME}:{render.one_line(reason, _OUTCOME_REASON_CHARS)}"
+        sets = [
+            "notified_at = :now",
+            "notify_outcome = :outcome",
+            "expiration_time = :expires",
+            "updated_at = :now",
+            "released_at = :now",
+            "release_reason = :reason",
+        ]
+        plain: dict[str, object] = {
+            "now": self.now,
+            "outcome": outcome,
+            "expires": expires,
+            "reason": clip(reason, MAX_REASON_CHARS),
+            "token": row.task_token,
+            "seen": row.workflow_state.value,
+            "gone": _GONE_OUTCOME,
+        }
+        names: dict[str, str] = {}
+        if self.released_by is not None:
+            sets.append("released_by = :by")
+            plain["by"] = self.released_by
+        if isinstance(row, WaiterItem) and row.workflow_state is PayloadState.PROCESSING:
+            # The wait is over: its edge stops counting for the cycle check, and a
+            # late resolution of the payload leaves the row as the release left it.
+            # A join row stays PROCESSING: a retried parent may take it over and wait on.
+            sets += [
+                "workflow_state = :aborted",
+                "error_name = :error",
+                "#error = :error",
+                "#cause = :cause",
+                "resolved_at = :now",
+            ]
+            names |= {"#error": "error", "#cause": "cause"}
+            plain |= {
+                "aborted": PayloadState.ABORTED.value,
+                "error": DependencyError.RELEASED.value,
+                "cause": clip(cause, MAX_REFUSAL_CAUSE_CHARS),
+            }
+        extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
+        return (
+            update_if(
+                self.dependencies.client,
+                TableName=self.dependencies.table_name,
+                Key=key_attributes(payload_id=row.payload_id, waiter_id=row.waiter_id),
+                UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression=(
+                    "task_token = :token AND workflow_state = :seen AND "
+                    "(attribute_not_exists(notified_at) OR begins_with(notify_outcome, :gone))"
+                ),
+                ExpressionAttributeValues=values(**plain),
+                **extra,
+            )
+            is not None
+        )
+
+
+def _answered(item: Release, row: WaiterItem | JoinItem) -> None:
+    item.outcome = Outcome.ALREADY_ANSWERED
+    item.detail = row.notify_outcome
+
+
+_OUTCOME_TEXT = {
+    Outcome.RELEASED: "[red]released[/]",
+    Outcome.WOULD_RELEASE: "[yellow]would release[/]",
+    Outcome.ALREADY_ANSWERED: "already answered",
+    Outcome.TOKEN_CLOSED: "token closed",
+}
+
+
+def _show(
+    what: str, releases: list[Release], *, reason: str, dry_run: bool, json_output: bool
+) -> None:
+    released = sum(item.outcome is Outcome.RELEASED for item in releases)
+    if json_output:
+        render.emit_json(
+            {
+                "target": what,
+                "dry_run": dry_run,
+                "error": DependencyError.RELEASED.value,
+                "reason": reason,
+                "released": released,
+                "waiters": [item.to_json() for item in releases],
+            }
+        )
+        return
+    shown = sum(item.outcome is Outcome.WOULD_RELEASE for item in releases) if dry_run else released
+    verb = "would release" if dry_run else "released"
+    table = Table(title=f"{verb} {shown} wait(s) of {render.escape_line(what)}")
+    for column in ("waiter", "waiting on", "parent execution", "outcome"):
+        table.add_column(column)
+    for item in releases:
+        parent = item.row.parent_execution
+        outcome = _OUTCOME_TEXT[item.outcome] if item.outcome is not None else "—"
+        if item.detail:
+            outcome += f": {render.clipped(item.detail, 60)}"
+        table.add_row(
+            render.plain(item.waiter),
+            render.plain(item.row.payload_id),
+            render.plain(execution_label(parent) if parent else None),
+            outcome,
+        )
+    render.print_table(render.stdout(), table, keys=(0, 1, 2))

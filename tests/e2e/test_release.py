@@ -1,0 +1,63 @@
+"""``release`` on a real parent: it fails with ``DependencyReleased``, and stays failed."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dependency_tracker.core.enums import PayloadState
+from dependency_tracker_cli.__main__ import app
+from dependency_tracker_local import LocalStack
+from tests.conftest import wait_until
+from tests.e2e.conftest import (
+    dependency,
+    dependency_id,
+    finished,
+    start_parent,
+    state_of,
+    waiters,
+)
+
+pytestmark = pytest.mark.e2e
+
+ITEM = "rel-1"
+
+
+def test_a_released_parent_fails_with_the_reason_and_its_dependency_ends_harmlessly() -> None:
+    with LocalStack(port=0, sink=io.StringIO()) as stack:
+        # GIVEN a real parent waiting on a dependency that takes two seconds
+        parent = start_parent(stack, "released-1", [dependency(ITEM, seconds=2)])
+        table = waiters(stack)
+        (row,) = wait_until(lambda: list(table.waiters(dependency_id(ITEM))), timeout=10)
+        assert row.parent_execution == parent
+        # WHEN an operator releases the parent
+        result = CliRunner().invoke(
+            app,
+            ["release", parent, "--reason", "INC-7: tile never comes", "--yes", "--json"],
+            env={"AWS_ENDPOINT_URL": stack.outputs["EndpointUrl"], "DEPTRACK_STACK_NAME": None},
+        )
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["released"] == 1
+        # THEN the parent fails with DependencyReleased, the reason in its cause
+        described = finished(stack, parent, timeout=10)
+        assert (described["status"], described["error"]) == ("FAILED", "DependencyReleased")
+        cause = json.loads(described["cause"])
+        assert cause["reason"] == "INC-7: tile never comes"
+        assert cause["payload_id"] == dependency_id(ITEM)
+
+        # WHEN the dependency ends afterwards
+        def ended() -> bool:
+            item = state_of(stack, dependency_id(ITEM))
+            return item is not None and item.state is PayloadState.SUCCEEDED
+
+        wait_until(ended, timeout=10)
+        # THEN the tracker leaves the released row alone and the parent stays FAILED
+        after = table.get(row.payload_id, row.waiter_id)
+        assert after is not None
+        assert after.notify_outcome == "RELEASED:INC-7: tile never comes"
+        assert after.workflow_state is PayloadState.ABORTED
+        again = stack.client("stepfunctions").describe_execution(executionArn=parent)
+        assert (again["status"], again["error"]) == ("FAILED", "DependencyReleased")
