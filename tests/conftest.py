@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import boto3
 import pytest
 from moto import mock_aws
 from moto.dynamodb.models import table as moto_table
@@ -228,7 +227,7 @@ def aws(aws_env: None) -> Iterator[Aws]:
         strict,
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
     ):
-        session = boto3.session.Session()
+        session = clients.session()
         dynamodb = session.client("dynamodb")
         stream_arn = create_tables(
             dynamodb, state_table=STATE_TABLE, dependency_table=DEPENDENCY_TABLE

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import boto3
 import pytest
 
 from dependency_tracker.app import App
@@ -413,7 +412,7 @@ class Gated:
     def __init__(self, labels: Sequence[str]) -> None:
         self.scheduler: Scheduler | None = None
         self.clients: dict[str, Any] = {}
-        session = boto3.session.Session()
+        session = clients.session()
         for label in labels:
             dynamodb = session.client("dynamodb")
             dynamodb.meta.events.register("before-call.*.*", self._gate(label))

@@ -8,9 +8,9 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import boto3
 import pytest
 
+from dependency_tracker.core import clients as client_factory
 from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.tokens import token_hash
 from dependency_tracker.cycles.edges import WaitEdges
@@ -352,7 +352,7 @@ def closing_races(aws: Aws, guard_class: type[CycleGuard]) -> Iterator[tuple[Run
 
     Yields each run and whether A's and B's waits were refused.
     """
-    session = boto3.session.Session()
+    session = client_factory.session()
     scheduler: list[Scheduler] = []
     clients = {}
     for label in ("a", "b"):

@@ -14,11 +14,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import boto3
 import pytest
 
 from dependency_tracker.app import App
-from dependency_tracker.core import naming
+from dependency_tracker.core import clients, naming
 from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.joins.messages import JoinMessage
 from dependency_tracker.payloads.events import StatusChange
@@ -58,7 +57,7 @@ class Harness:
         self.aws = aws
         self.scheduler: Scheduler | None = None
         self.sides: dict[str, Side] = {}
-        session = boto3.session.Session()
+        session = clients.session()
         for label in labels:
             side = Side(session.client("dynamodb"), session.client("stepfunctions"))
             for client in (side.dynamodb, side.sfn):

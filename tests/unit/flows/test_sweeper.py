@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-import boto3
 import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 
@@ -228,7 +227,7 @@ class Race:
     def __init__(self, aws: Aws, parents: Parents) -> None:
         self.scheduler: Scheduler | None = None
         self.sides: dict[str, Side] = {}
-        session = boto3.session.Session()
+        session = clients.session()
         for label in ("stream", "sweep"):
             side = Side(session.client("dynamodb"), session.client("stepfunctions"))
             for client in (side.dynamodb, side.sfn):

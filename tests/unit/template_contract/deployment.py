@@ -14,7 +14,6 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import boto3
 import pytest
 from moto import mock_aws
 
@@ -236,7 +235,7 @@ def deployed(
     switch = function_environments(stack, monkeypatch)
     reset_handlers()
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        session = boto3.session.Session()
+        session = clients.session()
         dynamodb: Any = session.client("dynamodb")
         sqs: Any = session.client("sqs")
         s3: Any = session.client("s3")
