@@ -85,14 +85,19 @@ def no_real_aws() -> Iterator[None]:
         yield
 
 
+def tracker_env(patch: pytest.MonkeyPatch) -> None:
+    """Point the tracker's settings at the test tables and prefix."""
+    patch.setenv("POWERTOOLS_LOG_LEVEL", "INFO")
+    patch.setenv(settings.ENV_STATE_TABLE, STATE_TABLE)
+    patch.setenv(settings.ENV_DEPENDENCY_TABLE, DEPENDENCY_TABLE)
+    patch.setenv(settings.ENV_WORKFLOW_ARN_PREFIX, WORKFLOW_ARN_PREFIX)
+    patch.setenv(settings.ENV_PREFIX, PREFIX)
+
+
 @pytest.fixture
 def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The tracker's settings for unit tests (tests/unit makes this autouse)."""
-    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "INFO")
-    monkeypatch.setenv(settings.ENV_STATE_TABLE, STATE_TABLE)
-    monkeypatch.setenv(settings.ENV_DEPENDENCY_TABLE, DEPENDENCY_TABLE)
-    monkeypatch.setenv(settings.ENV_WORKFLOW_ARN_PREFIX, WORKFLOW_ARN_PREFIX)
-    monkeypatch.setenv(settings.ENV_PREFIX, PREFIX)
+    tracker_env(monkeypatch)
     _clear_caches()
     yield
     _clear_caches()
@@ -215,11 +220,12 @@ INVALID_WORKFLOW = {
 }
 
 
-@pytest.fixture
-def aws(aws_env: None) -> Iterator[Aws]:
+@contextlib.contextmanager
+def aws_account() -> Iterator[Aws]:
     """A moto account executing state machines, with both tables and the process queue.
 
-    moto refuses here what AWS would refuse (the strict layer, as in ``LocalStack``).
+    moto refuses here what AWS would refuse (the strict layer, as in ``LocalStack``). For a
+    scenario a whole module shares; tests take the :func:`aws` fixture.
     """
     strict = strict_limits() if strict_wanted() else contextlib.nullcontext()
     with (
@@ -254,13 +260,25 @@ def aws(aws_env: None) -> Iterator[Aws]:
 
 
 @pytest.fixture
-def workflows(aws: Aws) -> dict[str, str]:
+def aws(aws_env: None) -> Iterator[Aws]:
+    """A moto account of its own for each test (:func:`aws_account`)."""
+    with aws_account() as account:
+        yield account
+
+
+def create_workflows(aws: Aws) -> dict[str, str]:
     """Child workflows that succeed, fail, and reject their input."""
     return {
         "pass": aws.create_workflow("pass", PASS_WORKFLOW),
         "fail": aws.create_workflow("fail", FAIL_WORKFLOW),
         "invalid": aws.create_workflow("invalid", INVALID_WORKFLOW),
     }
+
+
+@pytest.fixture
+def workflows(aws: Aws) -> dict[str, str]:
+    """Child workflows that succeed, fail, and reject their input."""
+    return create_workflows(aws)
 
 
 def payload(item_id: str = "item-1", workflow: str = "pass", **extra: Any) -> dict[str, Any]:
@@ -293,6 +311,13 @@ def moto_query_page(page_bytes: int) -> Iterator[None]:
 @pytest.fixture
 def log_lines() -> Iterator[io.StringIO]:
     """Every record of the tracker's logger, formatted by its own Powertools formatter."""
+    with captured_logs() as stream:
+        yield stream
+
+
+@contextlib.contextmanager
+def captured_logs() -> Iterator[io.StringIO]:
+    """Every record of the tracker's logger while open (the :func:`log_lines` fixture)."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logger.registered_formatter)

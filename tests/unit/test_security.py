@@ -11,8 +11,10 @@ tests hold the code to.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.resources
+import io
 import json
 import re
 import secrets
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from dependency_tracker import app
 from dependency_tracker.core import observability
 from dependency_tracker.core.tokens import redact_token
 from dependency_tracker.handlers import callback, process
@@ -29,12 +32,21 @@ from dependency_tracker.table.items import JOIN_ROW_KEY
 from dependency_tracker.waits.callback import CallbackAction
 from dependency_tracker.waits.process import ProcessAction, redact_tokens
 from dependency_tracker_local.context import LocalContext
-from tests.conftest import PREFIX, load_event, payload, payload_id
+from tests.conftest import (
+    PREFIX,
+    aws_account,
+    captured_logs,
+    create_workflows,
+    load_event,
+    payload,
+    payload_id,
+    tracker_env,
+)
 from tests.harness import Pumps, create_parent, start_parent
 from tests.unit.handlers.conftest import sqs_event
 
 if TYPE_CHECKING:
-    import io
+    from collections.abc import Iterator
 
     from tests.conftest import Aws
 
@@ -90,12 +102,25 @@ def long_token(purpose: str) -> str:
     return f"{purpose}-{secrets.token_hex(LONG_TOKEN_HEX)}"
 
 
-@pytest.fixture
-def run(
-    aws: Aws,
-    workflows: dict[str, str],
-    capsys: pytest.CaptureFixture[str],
-    log_lines: io.StringIO,
+@pytest.fixture(scope="module")
+def run() -> Iterator[Run]:
+    """The scenario, run once for the module's tests (each only reads what it left)."""
+    with pytest.MonkeyPatch.context() as patch:
+        tracker_env(patch)
+        app.use(None)
+        with (
+            aws_account() as aws,
+            captured_logs() as log_lines,
+            contextlib.redirect_stdout(io.StringIO()) as printed,
+        ):
+            try:
+                yield _scenario(aws, create_workflows(aws), printed, log_lines)
+            finally:
+                app.use(None)
+
+
+def _scenario(
+    aws: Aws, workflows: dict[str, str], printed: io.StringIO, log_lines: io.StringIO
 ) -> Run:
     # GIVEN real parents waiting on a succeeding, a failing and an invalid dependency
     pumps = Pumps.create(aws)
@@ -149,7 +174,7 @@ def run(
     return Run(
         tokens=tokens,
         rejected=rejected,
-        stdout=capsys.readouterr().out,
+        stdout=printed.getvalue(),
         logs=log_lines.getvalue(),
         dependencies=dependencies,
         states=aws.dynamodb.scan(TableName=aws.states.table_name)["Items"],
