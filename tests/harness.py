@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from dependency_tracker.handlers import callback, process, update_state
+from dependency_tracker_local import pumpset
+from dependency_tracker_local import template as template_reader
 from dependency_tracker_local.pumps import ExecutionPump, SqsPump, StreamPump
 from tests.conftest import ACCOUNT, PREFIX, REGION, ROLE_ARN, Aws, wait_until
 
@@ -65,29 +68,30 @@ class Pumps:
 
     @classmethod
     def create(cls, aws: Aws) -> Pumps:
-        return cls(
-            aws=aws,
-            sqs=SqsPump(
-                sqs=aws.sqs,
-                queue_url=aws.queue_url,
-                queue_arn=aws.queue_arn,
-                handler=process.lambda_handler,
-                region=REGION,
-            ),
-            executions=ExecutionPump(
-                sfn=aws.sfn,
-                handler=update_state.lambda_handler,
-                prefix=PREFIX,
-                region=REGION,
-                account=ACCOUNT,
-            ),
-            stream=StreamPump(
-                streams=aws.streams,
-                stream_arn=aws.stream_arn,
-                handler=callback.lambda_handler,
-                region=REGION,
-            ),
+        handlers = {
+            "process": process.lambda_handler,
+            "update-state": update_state.lambda_handler,
+            "callback": callback.lambda_handler,
+        }
+        services = {"sqs": aws.sqs, "stepfunctions": aws.sfn, "dynamodbstreams": aws.streams}
+        # No join queue: the runtime's settings send join chunks to the process queue then,
+        # so its pump serves both triggers' messages.
+        built = pumpset.build_pumps(
+            _event_sources(),
+            handler_for=handlers.__getitem__,
+            client=services.__getitem__,
+            queues={"ProcessQueue": pumpset.QueueAddress(aws.queue_url, aws.queue_arn)},
+            stream_arns={"DependencyTable": aws.stream_arn},
+            prefix=PREFIX,
+            region=REGION,
+            account=ACCOUNT,
+            names=("sqs", "executions", "stream"),
         )
+        sqs, executions, stream = built["sqs"], built["executions"], built["stream"]
+        assert isinstance(sqs, SqsPump)
+        assert isinstance(executions, ExecutionPump)
+        assert isinstance(stream, StreamPump)
+        return cls(aws=aws, sqs=sqs, executions=executions, stream=stream)
 
     def deliver_twice(self) -> None:
         """Hand every event to its handler twice, as at-least-once sources may."""
@@ -112,6 +116,15 @@ class Pumps:
             return moved == 0 and not managed_running(self.aws) and queue_empty(self.aws)
 
         wait_until(quiet, timeout=timeout)
+
+
+@functools.cache
+def _event_sources() -> pumpset.EventSources:
+    """The template's event sources (read once: every flow test builds pumps)."""
+    deployed = template_reader.Deployed(
+        template_reader.load_template(), {"Prefix": PREFIX}, account=ACCOUNT, region=REGION
+    )
+    return pumpset.event_sources(deployed)
 
 
 def create_parent(aws: Aws, timeout_seconds: int = 60) -> str:

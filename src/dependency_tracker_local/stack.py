@@ -28,7 +28,7 @@ from dependency_tracker.core.observability import logger
 from dependency_tracker.core.settings import Settings
 from dependency_tracker.handlers import callback, cirrus_events, process, sweeper, update_state
 from dependency_tracker.table.schema import create_tables
-from dependency_tracker_local import definitions
+from dependency_tracker_local import definitions, pumpset
 from dependency_tracker_local import platform as platform_model
 from dependency_tracker_local import template as template_reader
 from dependency_tracker_local.moto_costs import aws_like_costs
@@ -185,8 +185,8 @@ class EmbeddedStack:
         self.app: App | None = None
         self.pumps: dict[str, SqsPump | ExecutionPump | StreamPump | SchedulePump] = {}
         self._sweeper: SchedulePump | None = None
-        # (function, event) -> logical id of the queue that SQS trigger reads (the template's).
-        self._triggers: dict[tuple[str, str], str] = {}
+        # The template's event sources the pumps stand in for (read on start).
+        self._sources: pumpset.EventSources | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -236,6 +236,7 @@ class EmbeddedStack:
             template = template_reader.load_template(path) if path.is_file() else None
             self._model_platform(template)
             resources = self._resources(template)
+            self._sources = self._event_sources(template)
             self._start_moto()
             self._create(resources)
             if self._cirrus_prefix is not None:
@@ -404,13 +405,14 @@ class EmbeddedStack:
             return template_reader.builtin_resources(
                 self.prefix, cirrus=cirrus, account=ACCOUNT, region=self.region
             )
+        return template_reader.describe(self._deployed(template))
+
+    def _deployed(self, template: dict[str, Any]) -> template_reader.Deployed:
+        """The template deployed with the stack's parameters."""
         parameters = {"Prefix": self.prefix}
         if self._cirrus_prefix is not None:
             parameters["CirrusPrefix"] = self._cirrus_prefix
-        deployed = template_reader.Deployed(
-            template, parameters, account=ACCOUNT, region=self.region
-        )
-        return template_reader.describe(deployed)
+        return template_reader.Deployed(template, parameters, account=ACCOUNT, region=self.region)
 
     def _model_platform(self, template: dict[str, Any] | None) -> None:
         """Check the template as a new account's Lambda would, and build the model.
@@ -454,7 +456,6 @@ class EmbeddedStack:
 
     def _create(self, resources: template_reader.Resources) -> None:
         sqs = self.client("sqs")
-        self._triggers = dict(resources.triggers)
         queues = self._create_queues(sqs, resources)
         names = {
             f"{logical_id}Name": name
@@ -548,59 +549,45 @@ class EmbeddedStack:
         # cirrus's own Lambdas read their configuration from the environment, as in Lambda.
         self._set_env(deployment.environment())
 
-    def _sqs_pump(self, function: str, event: str, handler: Any, **options: Any) -> SqsPump:
-        """The pump of ``function``'s SQS trigger ``event``, on the queue the template names.
-
-        Raises:
-            TemplateError: The template gives ``function`` no such trigger.
-        """
-        logical_id = self._triggers.get((function, event))
-        if logical_id is None:
-            msg = f"template.yaml: function {function} has no SQS trigger {event}"
-            raise template_reader.TemplateError(msg)
-        output = _QUEUE_OUTPUTS.get(logical_id, logical_id)
-        return SqsPump(
-            sqs=self._handler_client("sqs"),
-            queue_url=self.outputs[f"{output}Url"],
-            queue_arn=self.outputs[f"{output}Arn"],
-            handler=handler,
-            region=self.region,
-            function_name=function,
-            **options,
-        )
+    def _event_sources(self, template: dict[str, Any] | None) -> pumpset.EventSources:
+        """What each pump takes from its trigger: the template's settings for its parameters."""
+        if template is None:
+            return pumpset.builtin_sources(cirrus=self._cirrus_prefix is not None)
+        return pumpset.event_sources(self._deployed(template))
 
     def _start_pumps(self) -> None:
         invoker = self._invoker = Invoker(self._stdout)
-        self.pumps = {
-            "sqs": self._sqs_pump("process", "ProcessQueue", invoker.wrap(process.lambda_handler)),
-            # The join queue's trigger: one chunk per invocation (BatchSize 1).
-            "joins": self._sqs_pump(
-                "process",
-                "JoinQueue",
-                invoker.wrap(process.lambda_handler),
-                batch_size=1,
-                name="joins",
-            ),
-            "reports": self._sqs_pump(
-                "update-state",
-                "StatusReports",
-                invoker.wrap(update_state.lambda_handler),
-                name="reports",
-            ),
-            "executions": ExecutionPump(
-                sfn=self._handler_client("stepfunctions"),
-                handler=invoker.wrap(update_state.lambda_handler),
+        sources = self._sources
+        if sources is None:
+            msg = "the pumps start after the template's event sources are read"
+            raise RuntimeError(msg)
+        handlers = {
+            "process": process.lambda_handler,
+            "update-state": update_state.lambda_handler,
+            "callback": callback.lambda_handler,
+            "cirrus-events": cirrus_events.lambda_handler,
+        }
+        queues: dict[str, pumpset.QueueAddress] = {}
+        for source in sources.sqs.values():
+            output = _QUEUE_OUTPUTS.get(source.queue, source.queue)
+            if f"{output}Arn" in self.outputs:
+                queues[source.queue] = pumpset.QueueAddress(
+                    self.outputs[f"{output}Url"], self.outputs[f"{output}Arn"]
+                )
+        self.pumps = {}
+        self.pumps.update(
+            pumpset.build_pumps(
+                sources,
+                handler_for=lambda function: invoker.wrap(handlers[function]),
+                client=self._handler_client,
+                queues=queues,
+                stream_arns={"DependencyTable": self.outputs["DependencyStreamArn"]},
                 prefix=self.prefix,
                 region=self.region,
                 account=ACCOUNT,
-            ),
-            "stream": StreamPump(
-                streams=self._handler_client("dynamodbstreams"),
-                stream_arn=self.outputs["DependencyStreamArn"],
-                handler=invoker.wrap(callback.lambda_handler),
-                region=self.region,
-            ),
-        }
+                names=pumpset.PUMP_NAMES if self.cirrus is None else pumpset.CIRRUS_PUMP_NAMES,
+            )
+        )
         # The sweeper's schedule: one more pump; sweep_once() invokes the same function.
         self._sweeper = SchedulePump(
             handler=invoker.wrap(sweeper.lambda_handler),
@@ -609,12 +596,6 @@ class EmbeddedStack:
             account=ACCOUNT,
         )
         if self.cirrus is not None:
-            self.pumps["cirrus-events"] = self._sqs_pump(
-                "cirrus-events",
-                "CirrusEvents",
-                invoker.wrap(cirrus_events.lambda_handler),
-                name="cirrus-events",
-            )
             self.pumps.update(self.cirrus.pumps(client=self.client, wrap=invoker.wrap))
         # One model for every pump (the cirrus ones too), or none with the model off.
         for pump in [*self.pumps.values(), self._sweeper]:

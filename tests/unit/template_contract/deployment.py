@@ -20,9 +20,10 @@ from moto import mock_aws
 from dependency_tracker import app
 from dependency_tracker.core import clients, settings
 from dependency_tracker.table import schema as table_schema
+from dependency_tracker_local import pumpset
+from dependency_tracker_local import template as template_reader
 from dependency_tracker_local.cirrus import CirrusDeployment
 from dependency_tracker_local.context import LocalContext
-from dependency_tracker_local.pumps import ExecutionPump, SqsPump, StreamPump
 from tests.conftest import wait_until
 from tests.unit.template_contract.cfn import ACCOUNT, REGION, Stack
 from tests.unit.template_contract.functions import (
@@ -32,12 +33,13 @@ from tests.unit.template_contract.functions import (
     POWERTOOLS_VARIABLES,
     environment,
     setting_variables,
-    stream_filter,
 )
 from tests.unit.template_contract.step_functions import STATE_MACHINE, rendered_definition
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+
+    from dependency_tracker_local.pumps import ExecutionPump, SqsPump, StreamPump
 
 
 @dataclass
@@ -267,62 +269,28 @@ def deployed(
         recorder = Recorder(switch=switch)
         for service in RECORDED_SERVICES:
             clients.client(service).meta.events.register("before-parameter-build", recorder.hook)
-        pumps: list[SqsPump | ExecutionPump | StreamPump] = [
-            SqsPump(
-                sqs=sqs,
-                queue_url=queue.ref,
-                queue_arn=queue.attributes["Arn"],
-                handler=recorder.handler(stack, "ProcessFunction"),
-                region=REGION,
-            ),
-            # join_chunk messages, one per invocation as the template's trigger
-            SqsPump(
-                sqs=sqs,
-                queue_url=joins.ref,
-                queue_arn=joins.attributes["Arn"],
-                handler=recorder.handler(stack, "ProcessFunction"),
-                region=REGION,
-                batch_size=1,
-                name="joins",
-            ),
-            # Express workflows report their own end on the status-report queue
-            SqsPump(
-                sqs=sqs,
-                queue_url=reports.ref,
-                queue_arn=reports.attributes["Arn"],
-                handler=recorder.handler(stack, "UpdateStateFunction"),
-                region=REGION,
-                function_name="update-state",
-                name="reports",
-            ),
-            ExecutionPump(
-                sfn=sfn,
-                handler=recorder.handler(stack, "UpdateStateFunction"),
-                prefix=str(stack.parameter("Prefix")),
-                region=REGION,
-                account=ACCOUNT,
-            ),
-            StreamPump(
-                streams=session.client("dynamodbstreams"),
-                stream_arn=stream_arn,
-                handler=recorder.handler(stack, "CallbackFunction"),
-                region=REGION,
-                filter_pattern=stream_filter(stack),
-            ),
-        ]
-        if cirrus_mode:
-            events = stack.physical("CirrusEventsQueue")
-            pumps.append(
-                SqsPump(
-                    sqs=sqs,
-                    queue_url=events.ref,
-                    queue_arn=events.attributes["Arn"],
-                    handler=recorder.handler(stack, CIRRUS_EVENTS_FUNCTION),
-                    region=REGION,
-                    function_name="cirrus-events",
-                    name="cirrus-events",
+        # The local stack's pumps, each on its function's handler behind the recorder.
+        logical_ids = {f.name: f.logical_id for f in template_reader.functions(stack).values()}
+        sources = pumpset.event_sources(stack)
+        streams = session.client("dynamodbstreams")
+        services = {"sqs": sqs, "stepfunctions": sfn, "dynamodbstreams": streams}
+        built = pumpset.build_pumps(
+            sources,
+            handler_for=lambda function: recorder.handler(stack, logical_ids[function]),
+            client=services.__getitem__,
+            queues={
+                source.queue: pumpset.QueueAddress(
+                    stack.physical(source.queue).ref, stack.physical(source.queue).attributes["Arn"]
                 )
-            )
+                for source in sources.sqs.values()
+            },
+            stream_arns={"DependencyTable": stream_arn},
+            prefix=str(stack.parameter("Prefix")),
+            region=REGION,
+            account=ACCOUNT,
+            names=pumpset.CIRRUS_PUMP_NAMES if cirrus_mode else pumpset.PUMP_NAMES,
+        )
+        pumps: list[SqsPump | ExecutionPump | StreamPump] = list(built.values())
         yield Deployment(stack, recorder, sfn, s3, dynamodb, sqs, pumps, cirrus, session)
     reset_handlers()
 
