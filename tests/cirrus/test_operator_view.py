@@ -1,11 +1,12 @@
 """The operator's commands in cirrus mode, on state cirrus-geo 2.0.0's own Lambdas wrote.
 
-``status``, ``stuck`` and ``graph`` run in process (``CliRunner``) against an
-embedded stack in cirrus mode, finding cirrus's state table through the stack's
-outputs (``--stack-name``, registered as ``serve`` registers them) or
-``--cirrus-prefix``. A payload cirrus is running shows as running in cirrus, one
-it failed as failed with cirrus's own error; neither is "not found" or "not
-started". ``serve --cirrus`` itself is started once, as a subprocess.
+``status``, ``stuck``, ``graph`` and ``publish --wait`` run in process
+(``CliRunner``) against an embedded stack in cirrus mode, finding cirrus's state
+table through the stack's outputs (``--stack-name``, registered as ``serve``
+registers them) or ``--cirrus-prefix``. A payload cirrus is running shows as
+running in cirrus, one it failed as failed with cirrus's own error; neither is
+"not found" or "not started", and a published payload is seen to end.
+``serve --cirrus`` itself is started once, as a subprocess.
 """
 
 from __future__ import annotations
@@ -177,6 +178,38 @@ def test_graph_json_colours_the_payloads_with_cirrus_s_states(cirrus_at_work: st
     assert (nodes[RUNNING]["state"], nodes[RUNNING]["source"]) == ("PROCESSING", "cirrus")
     assert nodes[RUNNING]["execution_arn"] == cirrus_at_work
     assert (nodes[FAILED]["state"], nodes[FAILED]["last_error"]) == ("FAILED", CIRRUS_ERROR)
+
+
+def test_publish_wait_follows_cirrus_to_each_payload_s_end(
+    stack: EmbeddedStack, tmp_path: Path
+) -> None:
+    # GIVEN a payload cirrus will run to success, and one it will fail
+    done, broken = (
+        f"{COLLECTION}/workflow-succeed/published",
+        f"{COLLECTION}/workflow-fail/published",
+    )
+    files = []
+    for name, workflow in (("ok", "succeed"), ("bad", "fail")):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(member("published", workflow)), encoding="utf-8")
+        files.append(str(path))
+    # WHEN they are published and waited for (cirrus's table found through the stack's
+    # outputs; the workflows are cirrus's machines, not {prefix}-{workflow}: not checked)
+    waited = ("--wait", "--timeout", "60", "--no-check-workflows", "--json")
+    result = CliRunner().invoke(app, ["publish", *files, *waited, "--stack-name", STACK_NAME])
+    # THEN both end as cirrus's own Lambdas recorded them, and the failure exits 1
+    assert result.exit_code == 1, result.output
+    shown = {view["payload_id"]: view for view in json.loads(result.stdout)["payloads"]}
+    assert {pid: (view["state"], view["source"]) for pid, view in shown.items()} == {
+        done: ("SUCCEEDED", "cirrus"),
+        broken: ("FAILED", "cirrus"),
+    }
+    assert shown[broken]["last_error"] == CIRRUS_ERROR
+    assert result.stderr.endswith(f"did not succeed: {broken} (FAILED)\n")
+    # AND the success published again is a replay, done at once
+    again = cli("publish", files[0], *waited)
+    (replayed,) = json.loads(again.stdout)["payloads"]
+    assert (replayed["state"], replayed["updated_at"]) == ("SUCCEEDED", shown[done]["updated_at"])
 
 
 def test_serve_cirrus_publishes_cirrus_s_outputs(tmp_path: Path) -> None:

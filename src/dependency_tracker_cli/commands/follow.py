@@ -22,6 +22,7 @@ from dependency_tracker.payloads.documents import is_reference
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker_cli import io, render
 from dependency_tracker_cli.options import Json, aws_command, fail
+from dependency_tracker_cli.readmodel import CirrusPrefix, CirrusStateTableName
 from dependency_tracker_cli.target import Target
 
 SINGLE = "wait-for-dependencies"
@@ -63,6 +64,8 @@ def follow(
     ],
     poll: Annotated[float, typer.Option(min=0.05, hidden=True)] = 0.5,
     json_output: Json = False,
+    cirrus_prefix: CirrusPrefix = None,
+    cirrus_state_table: CirrusStateTableName = None,
 ) -> None:
     """Follow a parent until it ends, as wait does: re-attach after `wait --no-follow`.
 
@@ -71,12 +74,14 @@ def follow(
     goes to stderr; the end (status, join counts, each dependency's state) to
     stdout. A parent that already ended is shown at once. Exits 0 when the
     parent succeeded, 1 when it failed (with the tracker's error name), 5 when
-    no parent execution has that ARN or name.
+    no parent execution has that ARN or name. In cirrus mode (--cirrus-prefix, or
+    a stack with cirrus outputs) the dependencies' states are cirrus-geo's.
 
     Examples:
       dependency-tracker follow wait-20260101T120000Z-3f2a1c
       dependency-tracker follow mosaic-1 --stack-name tracker --json
     """
+    target.use_cirrus(prefix=cirrus_prefix, state_table=cirrus_state_table)
     described, machine = _find(target, execution)
     ids = _payload_ids(target, described.get("input"))
     render.stderr().print(
@@ -224,8 +229,9 @@ def _until_stopped(
 
 
 def _states(target: Target, payload_ids: list[str]) -> dict[str, str | None]:
-    """Each payload's state now (None: no state item yet)."""
-    items = target.states.batch_get(list(dict.fromkeys(payload_ids))) if payload_ids else {}
+    """Each payload's state now (None: no state item yet), cirrus's in cirrus mode."""
+    wanted = list(dict.fromkeys(payload_ids))
+    items = target.payloads.get_many(wanted) if wanted else {}
     return {pid: (items[pid].state.value if pid in items else None) for pid in payload_ids}
 
 

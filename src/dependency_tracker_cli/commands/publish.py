@@ -25,10 +25,10 @@ from dependency_tracker.joins.messages import JoinMessage
 from dependency_tracker.payloads.bucket import MAX_PAYLOAD_BYTES
 from dependency_tracker.payloads.documents import PayloadLoader
 from dependency_tracker.payloads.model import ProcessPayload
-from dependency_tracker.table.items import PayloadStateItem
 from dependency_tracker.waits.messages import ProcessMessage, WaitMessage, read_message
 from dependency_tracker_cli import io, render
 from dependency_tracker_cli.options import Json, aws_command, fail
+from dependency_tracker_cli.readmodel import CirrusPrefix, CirrusStateTableName, PayloadView
 from dependency_tracker_cli.target import Target
 from dependency_tracker_cli.views import PAYLOAD_TABLE_KEYS, payload_json, payload_table
 
@@ -130,12 +130,15 @@ def publish(
         ),
     ] = False,
     json_output: Json = False,
+    cirrus_prefix: CirrusPrefix = None,
+    cirrus_state_table: CirrusStateTableName = None,
 ) -> None:
     """Validate messages and send them to the process queue.
 
     Everything is validated before anything is sent; a FILE that does not exist
     exits 2, an invalid message exits 3 with the reason. With --wait, exits 1
-    unless every payload succeeded.
+    unless every payload succeeded; in cirrus mode (--cirrus-prefix, or a stack
+    with cirrus outputs) it follows cirrus-geo's state table, where cirrus runs them.
     With --manifest PATH, nothing is sent: the manifest is uploaded and its url
     printed, for a join's payloads_url or wait-for-join's dependencies_url.
     With --dry-run, nothing is sent and no AWS API is called: each message is
@@ -174,10 +177,11 @@ def publish(
         return
     if check_workflows:
         _check_workflows(target, publications)
+    target.use_cirrus(prefix=cirrus_prefix, state_table=cirrus_state_table)
     # With --wait: what the payloads were before, to tell a new end from an old one.
-    before = target.states.batch_get(_ids(publications)) if wait else {}
+    before = target.payloads.get_many(_ids(publications)) if wait else {}
     _send(target, publications)
-    rows: list[tuple[str, PayloadStateItem | None]] = []
+    rows: list[tuple[str, PayloadView | None]] = []
     running: list[str] = []
     if wait:
         rows, running = _wait(target, publications, before, timeout=timeout, poll=poll)
@@ -277,12 +281,16 @@ def _ids(publications: list[Publication]) -> list[str]:
 def _wait(
     target: Target,
     publications: list[Publication],
-    before: dict[str, PayloadStateItem],
+    before: dict[str, PayloadView],
     *,
     timeout: float,
     poll: float,
-) -> tuple[list[tuple[str, PayloadStateItem | None]], list[str]]:
-    """Poll the state table until every payload ended; returns rows and the unfinished ids."""
+) -> tuple[list[tuple[str, PayloadView | None]], list[str]]:
+    """Poll the payloads' state until every one ended; returns rows and the unfinished ids.
+
+    The state is the read model's: cirrus's state table in cirrus mode (cirrus runs
+    the payloads there), the tracker's otherwise.
+    """
     expected = {
         pid: (before.get(pid), any(p.reruns(pid) for p in publications))
         for pid in _ids(publications)
@@ -291,7 +299,7 @@ def _wait(
     with render.progress() as bar:
         task = bar.add_task("waiting", total=len(expected))
         while True:
-            items = target.states.batch_get(expected)
+            items = target.payloads.get_many(expected)
             running = [
                 pid
                 for pid, (old, replace) in expected.items()
@@ -304,8 +312,12 @@ def _wait(
             time.sleep(poll)
 
 
-def _new_end(item: PayloadStateItem | None, old: PayloadStateItem | None, replace: bool) -> bool:
-    """True once ``item`` is the end of this submission, not a state from before it."""
+def _new_end(item: PayloadView | None, old: PayloadView | None, replace: bool) -> bool:
+    """True once ``item`` is the end of this submission, not a state from before it.
+
+    ``updated_at`` is the item's last write in either table (cirrus's: the time in
+    its ``state_updated``), so a changed one is a new end.
+    """
     if item is None or not item.state.is_terminal:
         return False
     if old is None:
@@ -318,7 +330,7 @@ def _new_end(item: PayloadStateItem | None, old: PayloadStateItem | None, replac
 
 def _show(
     publications: list[Publication],
-    rows: list[tuple[str, PayloadStateItem | None]],
+    rows: list[tuple[str, PayloadView | None]],
     *,
     wait: bool,
     json_output: bool,

@@ -29,6 +29,7 @@ from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker_cli import io, render
 from dependency_tracker_cli.commands.follow import JOIN, SINGLE, follow_parent, machine_arn
 from dependency_tracker_cli.options import Json, aws_command, fail
+from dependency_tracker_cli.readmodel import CirrusPrefix, CirrusStateTableName
 from dependency_tracker_cli.target import Target
 
 # Step Functions: execution names are 1-80 characters.
@@ -134,6 +135,8 @@ def wait(
     ] = True,
     poll: Annotated[float, typer.Option(min=0.05, hidden=True)] = 0.5,
     json_output: Json = False,
+    cirrus_prefix: CirrusPrefix = None,
+    cirrus_state_table: CirrusStateTableName = None,
 ) -> None:
     """Start a parent that waits on payloads, and follow it until it ends.
 
@@ -144,7 +147,9 @@ def wait(
     answers. Exits 0 when the parent succeeded, 1 when it failed (with the
     tracker's error name), 3 for an invalid payload or a join its parent could
     only fail (a quorum over the distinct members, a manifest that cannot be
-    read: nothing is started), 4 for an unknown workflow.
+    read: nothing is started), 4 for an unknown workflow. In cirrus mode
+    (--cirrus-prefix, or a stack with cirrus outputs) the dependencies' states
+    shown are cirrus-geo's.
 
     Examples:
       dependency-tracker wait tile-1.json tile-2.json
@@ -158,6 +163,7 @@ def wait(
         fail("nothing to wait on: give FILE|- ... or --manifest-url URL", 2)
     if name is not None and not 1 <= len(name) <= MAX_NAME_CHARS:
         fail(f"--name must be 1 to {MAX_NAME_CHARS} characters", 2)
+    target.use_cirrus(prefix=cirrus_prefix, state_table=cirrus_state_table)
     machine = JOIN if join or quorum is not None or manifest_url is not None else SINGLE
     dependencies = _dependencies(target, sources or [])
     if check_workflows and dependencies.workflows:
