@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 _CONFIG = Config(retries={"mode": "standard"})
 # Known workflows an unknown-workflow error lists (the rest are counted).
 _LISTED_WORKFLOWS = 8
+# Cirrus names its state table {prefix}-state (as --cirrus-prefix reads it).
+_CIRRUS_STATE_SUFFIX = "-state"
 # Each handler's output naming its function, and its name under the template's rule.
 _FUNCTIONS = (
     ("ProcessFunctionName", "process"),
@@ -155,8 +157,8 @@ def workflow_hint(workflow: str, known: list[str], *, prefix: str) -> str:
     """``did you mean 'x'? known workflows: a, b, ...`` (the nearest only when one is close)."""
     if not known:
         return (
-            f"no state machine is named {prefix}...: check --prefix or --stack-name, "
-            "--region and --endpoint-url"
+            f"no state machine is named {prefix}...: check --prefix or --stack-name "
+            "(in cirrus mode --cirrus-prefix), --region and --endpoint-url"
         )
     listed = ", ".join(known[:_LISTED_WORKFLOWS])
     if len(known) > _LISTED_WORKFLOWS:
@@ -250,7 +252,7 @@ class Target:
         """
         cirrus = self.cirrus_options
         if cirrus.prefix:
-            return f"{cirrus.prefix}-state"
+            return f"{cirrus.prefix}{_CIRRUS_STATE_SUFFIX}"
         return self.names.cirrus_state_table or cirrus.state_table
 
     @cached_property
@@ -279,14 +281,35 @@ class Target:
             names.update(str(machine["name"]) for machine in page["stateMachines"])
         return names
 
+    @property
+    def workflow_prefix(self) -> str | None:
+        """How a workflow's state machine is named: ``{prefix}-{workflow}``.
+
+        The tracker's prefix; in cirrus mode cirrus's (cirrus runs the payloads), from
+        ``--cirrus-prefix`` or a state table named as cirrus names it (``{prefix}-state``).
+        None in cirrus mode when neither tells it.
+        """
+        table = self.cirrus_state_table
+        if table is None:
+            return f"{self.prefix}-"
+        if self.cirrus_options.prefix:
+            return f"{self.cirrus_options.prefix}-"
+        if table.endswith(_CIRRUS_STATE_SUFFIX) and len(table) > len(_CIRRUS_STATE_SUFFIX):
+            return table.removesuffix(_CIRRUS_STATE_SUFFIX) + "-"
+        return None
+
     def require_workflows(self, workflows: Iterable[str]) -> None:
-        """Check every workflow has its ``{prefix}-{workflow}`` state machine.
+        """Check every workflow has its state machine (:attr:`workflow_prefix`).
+
+        Nothing is checked in cirrus mode when cirrus's naming is unknown.
 
         Raises:
             WorkflowNotDeployedError: The first (in the given order) that has none.
         """
+        head = self.workflow_prefix
+        if head is None:
+            return
         machines = self.state_machine_names()
-        head = f"{self.prefix}-"
         for workflow in workflows:
             if f"{head}{workflow}" not in machines:
                 known = (name.removeprefix(head) for name in machines if name.startswith(head))

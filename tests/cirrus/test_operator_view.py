@@ -194,8 +194,8 @@ def test_publish_wait_follows_cirrus_to_each_payload_s_end(
         path.write_text(json.dumps(member("published", workflow)), encoding="utf-8")
         files.append(str(path))
     # WHEN they are published and waited for (cirrus's table found through the stack's
-    # outputs; the workflows are cirrus's machines, not {prefix}-{workflow}: not checked)
-    waited = ("--wait", "--timeout", "60", "--no-check-workflows", "--json")
+    # outputs; the workflows checked against cirrus's machines, {cirrus prefix}-{workflow})
+    waited = ("--wait", "--timeout", "60", "--json")
     result = CliRunner().invoke(app, ["publish", *files, *waited, "--stack-name", STACK_NAME])
     # THEN both end as cirrus's own Lambdas recorded them, and the failure exits 1
     assert result.exit_code == 1, result.output
@@ -210,6 +210,12 @@ def test_publish_wait_follows_cirrus_to_each_payload_s_end(
     again = cli("publish", files[0], *waited)
     (replayed,) = json.loads(again.stdout)["payloads"]
     assert (replayed["state"], replayed["updated_at"]) == ("SUCCEEDED", shown[done]["updated_at"])
+    # AND a misspelt workflow is refused before anything is sent, with cirrus's names
+    typo = tmp_path / "typo.json"
+    typo.write_text(json.dumps(member("typo", "succed")), encoding="utf-8")
+    refused = CliRunner().invoke(app, ["publish", str(typo), "--stack-name", STACK_NAME])
+    assert refused.exit_code == 4, refused.output
+    assert "did you mean 'succeed'?" in refused.stderr
 
 
 def test_serve_cirrus_publishes_cirrus_s_outputs(tmp_path: Path) -> None:

@@ -175,9 +175,10 @@ def publish(
     if dry_run:
         _show_dry_run(publications, json_output=json_output)
         return
+    # Before the check: in cirrus mode the workflows are cirrus's state machines.
+    target.use_cirrus(prefix=cirrus_prefix, state_table=cirrus_state_table)
     if check_workflows:
         _check_workflows(target, publications)
-    target.use_cirrus(prefix=cirrus_prefix, state_table=cirrus_state_table)
     # With --wait: what the payloads were before, to tell a new end from an old one.
     before = target.payloads.get_many(_ids(publications)) if wait else {}
     _send(target, publications)

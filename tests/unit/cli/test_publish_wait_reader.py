@@ -23,7 +23,7 @@ from dependency_tracker.core.enums import PayloadState
 from dependency_tracker_cli.__main__ import app
 from dependency_tracker_cli.commands import publish as publish_command
 from dependency_tracker_local.cirrus import _state_table_spec
-from tests.conftest import PASS_WORKFLOW, payload, payload_id
+from tests.conftest import PASS_WORKFLOW, ROLE_ARN, payload, payload_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -57,8 +57,17 @@ def cirrus_writes(
 
 @pytest.fixture
 def cirrus_table(aws: Aws, workflows: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Aws:
-    """cirrus's state table beside the tracker's, named by the variable the Lambdas read."""
+    """cirrus's state table beside the tracker's, named by the variable the Lambdas read.
+
+    With cirrus's ``pass`` workflow (cirrus names its machines ``{prefix}-{workflow}``, its
+    table ``{prefix}-state``): publish checks the workflow against cirrus's machines.
+    """
     aws.dynamodb.create_table(**_state_table_spec(CIRRUS_TABLE))
+    aws.sfn.create_state_machine(
+        name=CIRRUS_TABLE.replace("-state", "-pass"),
+        roleArn=ROLE_ARN,
+        definition=json.dumps(PASS_WORKFLOW),
+    )
     monkeypatch.setenv(settings.ENV_CIRRUS_STATE_TABLE, CIRRUS_TABLE)
     return aws
 

@@ -13,6 +13,7 @@ from dependency_tracker_cli.target import (
     ConnectionOptions,
     ResourceNames,
     Target,
+    WorkflowNotDeployedError,
     is_loopback,
     stack_outputs,
 )
@@ -134,3 +135,35 @@ def test_a_local_endpoint_needs_no_aws_configuration(monkeypatch: pytest.MonkeyP
     remote = Target(ConnectionOptions(endpoint_url="https://example.com")).session
     assert remote.region_name is None
     assert remote.get_credentials() is None
+
+
+@pytest.mark.parametrize(
+    ("cirrus_prefix", "cirrus_table", "expected"),
+    [
+        (None, None, "abc-"),  # normal mode: the tracker's own machines
+        ("cirrus", None, "cirrus-"),  # --cirrus-prefix
+        (None, "geo-state", "geo-"),  # a table named as cirrus names it
+        ("cirrus", "geo-state", "cirrus-"),  # the prefix wins, as for the table
+        (None, "my-payload-table", None),  # cirrus mode, naming unknown
+        (None, "-state", None),
+    ],
+)
+def test_workflows_are_named_as_their_runner_names_them(
+    cirrus_prefix: str | None, cirrus_table: str | None, expected: str | None
+) -> None:
+    target = Target(ConnectionOptions(prefix="abc"))
+    target.names = ResourceNames.from_outputs({}, prefix="abc")  # no DescribeStacks
+    target.use_cirrus(prefix=cirrus_prefix, state_table=cirrus_table)
+    assert target.workflow_prefix == expected
+
+
+def test_an_unknown_cirrus_naming_checks_nothing(aws: Aws) -> None:
+    # GIVEN cirrus mode with a state table not named {prefix}-state, and no state machine
+    target = Target(ConnectionOptions(prefix="abc"))
+    target.use_cirrus(prefix=None, state_table="my-payload-table")
+    # WHEN a workflow is checked THEN nothing is refused (the naming cannot be told)
+    target.require_workflows(["anything"])
+    # AND with cirrus's prefix given, the same workflow is refused with cirrus's machine name
+    target.use_cirrus(prefix="geo", state_table=None)
+    with pytest.raises(WorkflowNotDeployedError, match="geo-anything"):
+        target.require_workflows(["anything"])
