@@ -11,6 +11,13 @@ While :func:`indexed_executions` is active, each list gets an index, brought up
 to date on use from the executions appended since (moto only ever appends):
 executions by ARN and by name, and the list already sorted newest first, merged
 with each new batch. The answers, errors and order are moto's own.
+
+The order is brought up to date only when a list is asked for, and new runs,
+the newest, are appended to it rather than merged: re-sorting on every
+``DescribeExecution`` cost O(n) a call while a join's members were starting. A
+``RUNNING`` list is kept apart, less the runs seen stopped (a run never runs
+again): the execution pump asks for it every round, and filtering every run
+for it cost O(n) a round.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 _lock = threading.Lock()
+_RUNNING = "RUNNING"
 
 
 def _start_date(execution: Any) -> Any:
@@ -40,13 +48,23 @@ def _start_date(execution: Any) -> Any:
 
 @dataclass
 class _Index:
-    """What one execution list holds, by key; ``seen`` executions indexed so far."""
+    """What one execution list holds, by key; ``seen`` executions indexed so far.
+
+    Keys are indexed as executions appear; the orders only when a list is asked for,
+    so a ``DescribeExecution`` among many ``StartExecution`` calls costs no re-sort.
+    """
 
     executions: list[Any]
     seen: int = 0
     by_arn: dict[str, Any] = field(default_factory=dict)
     by_name: dict[str, list[Any]] = field(default_factory=dict)
-    newest_first: list[Any] = field(default_factory=list)
+    # Oldest first, the reverse of the order ListExecutions answers in: new runs are
+    # usually the newest, so they are appended rather than merged.
+    oldest_first: list[Any] = field(default_factory=list)
+    # The runs last seen RUNNING, in the same order. A run never runs again once it
+    # stopped, so the RUNNING list is these, less the ones stopped since.
+    running: list[Any] = field(default_factory=list)
+    unsorted: list[Any] = field(default_factory=list)
 
     def update(self) -> _Index:
         if len(self.executions) == self.seen:
@@ -56,17 +74,44 @@ class _Index:
         for execution in fresh:
             self.by_arn.setdefault(execution.execution_arn, execution)
             self.by_name.setdefault(execution.name, []).append(execution)
-        # sorted() is stable: among equal start dates the list's order stays, and
-        # merge() puts the earlier (older-listed) run first, as one sort would.
-        self.newest_first = list(
-            heapq.merge(
-                self.newest_first,
-                sorted(fresh, key=_start_date, reverse=True),
-                key=_start_date,
-                reverse=True,
-            )
-        )
+        self.unsorted.extend(fresh)
         return self
+
+    def sort(self) -> _Index:
+        """Bring the orders up to date with every execution indexed."""
+        if self.unsorted:
+            fresh = _newest_first(self.unsorted)
+            self.unsorted = []
+            self.oldest_first = _with(self.oldest_first, fresh)
+            self.running = _with(self.running, fresh)
+        return self
+
+    def newest_first(self, status: str | None = None) -> list[Any]:
+        """The runs moto lists: (of ``status`` only, if given) newest first."""
+        self.sort()
+        if status == _RUNNING:
+            self.running = [e for e in self.running if e.status == _RUNNING]
+            return self.running[::-1]
+        if status:
+            return [e for e in reversed(self.oldest_first) if e.status == status]
+        return self.oldest_first[::-1]
+
+
+def _newest_first(executions: list[Any]) -> list[Any]:
+    return sorted(executions, key=_start_date, reverse=True)
+
+
+def _with(oldest_first: list[Any], fresh_newest_first: list[Any]) -> list[Any]:
+    """``oldest_first`` with the later-listed ``fresh`` runs, as moto's stable sort orders them.
+
+    Among equal start dates the earlier-listed run comes first newest-first, so last here.
+    """
+    if not oldest_first or _start_date(fresh_newest_first[-1]) > _start_date(oldest_first[-1]):
+        oldest_first.extend(reversed(fresh_newest_first))
+        return oldest_first
+    # sorted() is stable and merge() puts the earlier (older-listed) run first, as one sort would.
+    merged = heapq.merge(reversed(oldest_first), fresh_newest_first, key=_start_date, reverse=True)
+    return list(merged)[::-1]
 
 
 _indexes: dict[int, _Index] = {}
@@ -109,10 +154,9 @@ def _list_executions(
     self: StepFunctionBackend, state_machine_arn: str, status_filter: str | None = None
 ) -> list[Any]:
     executions = self.describe_state_machine(state_machine_arn).executions
-    newest_first = _index(executions).newest_first
-    if status_filter:
-        return [e for e in newest_first if e.status == status_filter]
-    return list(newest_first)
+    index = _index(executions)
+    with _lock:
+        return index.newest_first(status_filter)
 
 
 _list_executions.__name__ = "list_executions"  # moto's paginator finds its model by name

@@ -14,7 +14,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from dependency_tracker_local.moto_executions import indexed_executions
+from dependency_tracker_local.moto_executions import _Index, indexed_executions
 from tests.conftest import wait_until
 
 REGION = "us-east-1"
@@ -100,3 +100,85 @@ def test_indexed_answers_equal_moto_scans() -> None:
         value for key, value in scanned.items() if key.startswith("pages") and "waiting" in key
     )
     assert [name for page in pages for name in page] == [f"w{i}" for i in reversed(range(10))]
+
+
+def _stops_between_lists() -> list[Any]:
+    """RUNNING and full lists asked for while runs start and stop between them."""
+    seen: list[Any] = []
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        arn = sfn.create_state_machine(name="w", definition=WAITING, roleArn=ROLE)[
+            "stateMachineArn"
+        ]
+        prefix = arn.replace(":stateMachine:", ":execution:")
+
+        def names(**kwargs: Any) -> list[str]:
+            page = sfn.list_executions(stateMachineArn=arn, **kwargs)
+            return [e["name"] for e in page["executions"]]
+
+        def stop(name: str) -> None:
+            # moto stops a run in its own thread: wait until it has.
+            sfn.stop_execution(executionArn=f"{prefix}:{name}")
+            wait_until(
+                lambda: (
+                    sfn.describe_execution(executionArn=f"{prefix}:{name}")["status"] == "ABORTED"
+                )
+            )
+
+        for step in range(3):
+            for i in range(4):
+                sfn.start_execution(stateMachineArn=arn, name=f"s{step}-{i}", input="{}")
+            # A lookup between starts and lists indexes the new runs without listing them.
+            seen.append(sfn.describe_execution(executionArn=f"{prefix}:s{step}-0")["status"])
+            stop(f"s{step}-1")
+            seen.append(names(statusFilter="RUNNING"))
+            stop(f"s{step}-2")
+            seen.append(names(statusFilter="ABORTED"))
+            seen.append(names(statusFilter="RUNNING"))
+            seen.append(names())
+    return seen
+
+
+def test_running_list_follows_stops_as_moto_does() -> None:
+    scanned = _stops_between_lists()
+    with indexed_executions():
+        indexed = _stops_between_lists()
+    assert indexed == scanned
+    assert scanned[-2] == ["s2-3", "s2-0", "s1-3", "s1-0", "s0-3", "s0-0"]
+
+
+class _Run:
+    """A stand-in execution that counts how often its status is read."""
+
+    reads = 0
+
+    def __init__(self, number: int, start: int, status: str = "RUNNING") -> None:
+        self.execution_arn = f"arn:aws:states:r:1:execution:m:{number}"
+        self.name = str(number)
+        self.start_date = start
+        self._status = status
+
+    @property
+    def status(self) -> str:
+        _Run.reads += 1
+        return self._status
+
+
+def test_index_orders_ties_as_a_stable_sort_and_reads_only_runs_still_running() -> None:
+    executions: list[Any] = []
+    index = _Index(executions)
+    # Batches with start dates equal to, older and newer than the runs before them.
+    for batch in ([5, 5, 3], [5, 7, 7], [1, 7, 9], [9, 9], [2]):
+        executions.extend(_Run(len(executions), start) for start in batch)
+        index.update()
+        expected = sorted(executions, key=lambda e: e.start_date, reverse=True)
+        assert index.newest_first() == expected
+        assert index.newest_first("RUNNING") == expected
+    for run in executions[:-1]:
+        run._status = "SUCCEEDED"
+    index.newest_first("RUNNING")
+    _Run.reads = 0
+    running = index.newest_first("RUNNING")
+    assert [run.name for run in running] == ["11"]
+    # Runs seen stopped are not read again: a round costs what is still running.
+    assert _Run.reads == 1
