@@ -3,7 +3,9 @@
 A block is treated by its language, or by the ``<!-- snippet: KIND -->`` comment on the line
 right before its fence:
 
-* ``python``: run in a subprocess, from a working directory of its page;
+* ``python``: run in a subprocess, from a working directory of its page; one that starts the
+  stack in cirrus mode (``cirrus=True``) needs cirrus-geo, and the cirrus tier runs it
+  (``tests/cirrus/test_snippets_cirrus.py``, in ``.venv-cirrus``);
 * ``sh``: run with bash against one ``dependency-tracker serve`` for the module, in the page's
   shell session (its working directory, and the variables its earlier blocks exported), the way
   a reader follows the page; examples/README.md continues README.md's session, as it says;
@@ -54,10 +56,11 @@ pytestmark = pytest.mark.e2e
 BLOCKS = [block for path in snippet_files() for block in blocks(path)]
 DIAGRAMS = ("flowchart", "graph", "sequenceDiagram", "stateDiagram-v2", "classDiagram")
 MARKED = ("output", "states", "message", "synopsis")
+# A Python block the cirrus tier runs (it needs cirrus-geo: Python >= 3.12, .venv-cirrus).
+CIRRUS_PYTHON = "cirrus python"
 # A page whose shell blocks continue another page's session (it says so).
 CONTINUES = {"examples/README.md": "README.md"}
 RUN_SECONDS = 240
-CIRRUS_PYTHON = ROOT / ".venv-cirrus" / "bin" / "python"
 ROLE_ARN = "arn:aws:iam::123456789012:role/snippet"
 
 
@@ -68,7 +71,17 @@ def kind(block: Block) -> str:
         if word == "not-run":
             return word if re.fullmatch(r"not-run \(.+\)", block.marker) else "unexplained"
         return word if word in MARKED else "unknown marker"
+    if block.lang == "python" and "cirrus=True" in block.body:
+        return CIRRUS_PYTHON
     return {"python": "python", "sh": "shell", "mermaid": "diagram"}.get(block.lang, "unmarked")
+
+
+def shown_after(block: Block) -> list[str] | None:
+    """The lines of the output block right after ``block`` on its page, if there is one."""
+    following = BLOCKS[BLOCKS.index(block) + 1 :]
+    if following and following[0].path == block.path and kind(following[0]) == "output":
+        return following[0].body.strip().splitlines()
+    return None
 
 
 def counts() -> Counter[str]:
@@ -245,18 +258,11 @@ def test_shell_block_runs_against_serve(reader: Reader, block: Block) -> None:
 
 @pytest.mark.parametrize("block", of_kind("python"))
 def test_python_block_runs_and_prints_what_the_page_shows(reader: Reader, block: Block) -> None:
-    # GIVEN a Python block (cirrus mode's needs cirrus-geo, in .venv-cirrus)
-    python = Path(sys.executable)
-    if "cirrus=True" in block.body:
-        if not CIRRUS_PYTHON.exists():
-            pytest.skip("needs .venv-cirrus (make venv-cirrus)")
-        python = CIRRUS_PYTHON
-    # WHEN it runs as written
-    printed = reader.run_python(block, python)
+    # GIVEN a Python block WHEN it runs as written
+    printed = reader.run_python(block, Path(sys.executable))
     # THEN it exits 0, and an output block right after it shows the end of what it printed
-    following = BLOCKS[BLOCKS.index(block) + 1 :]
-    if following and following[0].path == block.path and kind(following[0]) == "output":
-        shown = following[0].body.strip().splitlines()
+    shown = shown_after(block)
+    if shown is not None:
         assert printed.strip().splitlines()[-len(shown) :] == shown, printed
 
 
