@@ -23,6 +23,7 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker_cli.ui import views
+from dependency_tracker_cli.ui.snapshots import Read, SnapshotCache
 from dependency_tracker_cli.ui.svg import to_svg
 
 if TYPE_CHECKING:
@@ -46,6 +47,9 @@ def create_app(target: Target, settings: Settings | None = None) -> Flask:
     """The Flask app serving the page for ``target`` (``serve`` or a deployed stack)."""
     config = settings or Settings()
     app = Flask(__name__, template_folder=str(Path(__file__).with_name("templates")))
+    snapshots = SnapshotCache(
+        lambda: views.read_snapshot(target), refresh_seconds=config.refresh_seconds
+    )
 
     @app.template_global()
     def page_url(section: str, number: int) -> str:
@@ -62,12 +66,12 @@ def create_app(target: Target, settings: Settings | None = None) -> Flask:
             "page.html",
             refresh=config.refresh_seconds,
             target=_where(target),
-            **_sections(target, config),
+            **_sections(target, config, snapshots.get(fresh=True)),
         )
 
     @app.get("/fragment")
     def fragment() -> str:
-        return render_template("sections.html", **_sections(target, config))
+        return render_template("sections.html", **_sections(target, config, snapshots.get()))
 
     @app.get("/join/<path:join_id>")
     def join(join_id: str) -> str:
@@ -121,9 +125,9 @@ def _number(name: str) -> int:
         return 1
 
 
-def _sections(target: Target, config: Settings) -> dict[str, Any]:
-    """Every section's page, read now."""
-    snapshot = views.read_snapshot(target)
+def _sections(target: Target, config: Settings, read: Read[views.Snapshot]) -> dict[str, Any]:
+    """Every section's page, from ``read``'s snapshot."""
+    snapshot = read.snapshot
     graph = snapshot.graph
     size = config.page_size
     joins = views.paged(views.join_ids(graph), _number("joins_page"), size)
@@ -143,6 +147,7 @@ def _sections(target: Target, config: Settings) -> dict[str, Any]:
         "graph_edges": len(graph.edges),
         "cycles": [[graph.nodes[n].label for n in group] for group in graph.cycles()],
         "payloads": views.paged(snapshot.payloads, payload_page, size),
+        "read_seconds": read.seconds,
     }
 
 
