@@ -1,25 +1,33 @@
-"""``release``: fail a waiting parent with ``DependencyReleased``, once, and mark its row told."""
+"""``release``: fail a waiting parent with ``DependencyReleased``, once, and mark its row told.
+
+Every token is a real one: a parent execution on moto waits on it with
+``.waitForTaskToken``, and the outcome is read back from Step Functions (the
+parent's status, error, cause and history) and from the dependency table.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
-from botocore.exceptions import ClientError
+from botocore.stub import ANY, Stubber
 from typer.testing import CliRunner
 
 from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.errors import PayloadNotFoundError
 from dependency_tracker.core.limits import SFN_MAX_CAUSE_CHARS
 from dependency_tracker.core.tokens import redact_token
-from dependency_tracker.table.items import Resolution, WaiterItem
+from dependency_tracker.table.items import Resolution, WaiterItem, waiter_id_for
 from dependency_tracker.table.join_items import JoinItem
+from dependency_tracker.waits.callback import CallbackAction
 from dependency_tracker_cli.__main__ import app
 from dependency_tracker_cli.commands.release import NOTHING_RELEASED_EXIT, AmbiguousWaiterError
 from dependency_tracker_cli.target import Target
-from tests.conftest import payload_id
-from tests.unit.cli.rows import TOKEN_PREFIX, join, token, waiter
+from tests.conftest import ROLE_ARN, payload, payload_id, wait_until
+from tests.harness import create_parent, parent_definition, queue_bodies, start_parent
+from tests.unit.cli.rows import join, waiter
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,45 +36,151 @@ if TYPE_CHECKING:
 
     from tests.conftest import Aws
 
-PARENT = "arn:aws:states:us-east-1:123456789012:execution:deptrack-wait-for-dependencies:p-1"
 OTHER = "arn:aws:states:us-east-1:123456789012:execution:deptrack-wait-for-dependencies:p-2"
 DEP = payload_id("dep")
+SEND_TASK_FAILURE = "SendTaskFailure"
+
+Row = TypeVar("Row", WaiterItem, JoinItem)
 
 
-class FakeSfn:
-    """Records ``SendTaskFailure`` calls; refuses the tokens in ``closed`` as AWS does."""
+@dataclass(frozen=True)
+class Wait:
+    """A real parent execution waiting on a real task token."""
 
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-        self.closed: dict[str, str] = {}
-        self.after_send: Callable[[str], None] | None = None
+    execution: str
+    token: str
 
-    def send_task_failure(self, **request: Any) -> dict[str, Any]:
-        code = self.closed.get(request["taskToken"])
-        if code is not None:
-            error = {"Error": {"Code": code, "Message": "Task Timed Out"}}
-            raise ClientError(error, "SendTaskFailure")  # type: ignore[arg-type]
-        self.sent.append(request)
-        if self.after_send is not None:
-            self.after_send(request["taskToken"])
-        return {}
+
+class Parents:
+    """Parent executions on moto that publish their task token to the process queue."""
+
+    def __init__(self, aws: Aws) -> None:
+        self.aws = aws
+        self.machine = create_parent(aws)
+
+    def create(self, name: str, definition: dict[str, Any]) -> str:
+        """Register another parent state machine; returns its ARN."""
+        created = self.aws.sfn.create_state_machine(
+            name=name, roleArn=ROLE_ARN, definition=json.dumps(definition)
+        )
+        return str(created["stateMachineArn"])
+
+    def start(self, name: str, *, machine: str | None = None, tokens: int = 1) -> list[Wait]:
+        """Start a parent and return its waits once all ``tokens`` of them are published."""
+        execution = start_parent(self.aws, machine or self.machine, payload(name), name)
+        found: list[str] = []
+
+        def published() -> bool:
+            found.extend(
+                body["callback"]["task_token"]
+                for body in queue_bodies(self.aws)
+                if body["callback"]["parent_execution"] == execution
+            )
+            return len(found) >= tokens
+
+        wait_until(published, timeout=10)
+        return [Wait(execution, token) for token in found]
+
+    def wait(self, name: str) -> Wait:
+        """One parent waiting with one token."""
+        (only,) = self.start(name)
+        return only
+
+    def status(self, wait: Wait) -> str:
+        """The parent's status now (a parent nobody answered is still ``RUNNING``)."""
+        return str(self.aws.sfn.describe_execution(executionArn=wait.execution)["status"])
+
+    def ended(self, wait: Wait) -> dict[str, Any]:
+        """``DescribeExecution`` of the parent once it has stopped."""
+        return self.aws.wait_for_execution(wait.execution, timeout=10)
+
+    def task_failures(self, wait: Wait) -> list[dict[str, Any]]:
+        """The ``TaskFailed`` details of the parent's history: the failures it accepted."""
+        events = self.aws.sfn.get_execution_history(executionArn=wait.execution)["events"]
+        return [e["taskFailedEventDetails"] for e in events if e["type"] == "TaskFailed"]
+
+    def released(self, wait: Wait) -> dict[str, Any]:
+        """The parent ended FAILED by one ``DependencyReleased``; returns its parsed cause."""
+        described = self.ended(wait)
+        assert (described["status"], described["error"]) == ("FAILED", "DependencyReleased")
+        (failure,) = self.task_failures(wait)
+        assert (failure["error"], failure["cause"]) == ("DependencyReleased", described["cause"])
+        cause: dict[str, Any] = json.loads(described["cause"])
+        return cause
+
+
+@dataclass
+class CliSfn:
+    """The CLI's own Step Functions client (real, on moto), watched through botocore's events."""
+
+    # Every SendTaskFailure the CLI asked for, whatever Step Functions answered.
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    # Run with the token after each SendTaskFailure that Step Functions accepted.
+    after_send: Callable[[str], None] | None = None
+    # Configures a Stubber on the client (one test only: see its comment).
+    stub: Callable[[Stubber], None] | None = None
+    stubbers: list[Stubber] = field(default_factory=list)
+    _clients: list[Any] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> list[str]:
+        """The tokens the CLI sent a failure to, in order."""
+        return [request["taskToken"] for request in self.requests]
+
+    def attach(self, client: Any) -> None:
+        """Watch ``client`` (once): record requests, run ``after_send`` after accepted ones."""
+        if any(seen is client for seen in self._clients):
+            return
+        self._clients.append(client)
+
+        def record(params: dict[str, Any], **_: Any) -> None:
+            self.requests.append(dict(params))
+
+        def answered(http_response: Any, **_: Any) -> None:
+            if self.after_send is not None and http_response.status_code < 300:
+                self.after_send(self.requests[-1]["taskToken"])
+
+        client.meta.events.register(f"provide-client-params.states.{SEND_TASK_FAILURE}", record)
+        client.meta.events.register(f"after-call.states.{SEND_TASK_FAILURE}", answered)
+        if self.stub is not None:
+            stubber = Stubber(client)
+            self.stub(stubber)
+            stubber.activate()
+            self.stubbers.append(stubber)
 
 
 @pytest.fixture
-def sfn(monkeypatch: pytest.MonkeyPatch) -> FakeSfn:
-    """Step Functions as the CLI sees it: the fake; every other service: moto."""
-    fake = FakeSfn()
+def sfn(monkeypatch: pytest.MonkeyPatch) -> CliSfn:
+    """Every client the CLI makes is real (moto); its Step Functions client is watched."""
+    watched = CliSfn()
     real = Target.client
 
     def client(self: Target, service: str) -> Any:
-        return fake if service == "stepfunctions" else real(self, service)
+        made = real(self, service)
+        if service == "stepfunctions":
+            watched.attach(made)
+        return made
 
     monkeypatch.setattr(Target, "client", client)
-    return fake
+    return watched
+
+
+@pytest.fixture
+def parents(aws: Aws) -> Parents:
+    """Real waiting parents on this test's moto account."""
+    return Parents(aws)
 
 
 def release(*args: str) -> Result:
     return CliRunner().invoke(app, ["release", *args])
+
+
+def holding(row: Row, wait: Wait) -> Row:
+    """``row`` with the real token and execution of ``wait``."""
+    update: dict[str, Any] = {"task_token": wait.token, "parent_execution": wait.execution}
+    if isinstance(row, WaiterItem):
+        update["waiter_id"] = waiter_id_for(wait.token)
+    return row.model_copy(update=update)
 
 
 def stored(aws: Aws, row: WaiterItem | JoinItem) -> WaiterItem | JoinItem:
@@ -76,18 +190,18 @@ def stored(aws: Aws, row: WaiterItem | JoinItem) -> WaiterItem | JoinItem:
 
 
 def test_a_payload_s_one_waiter_is_failed_with_the_reason_and_marked_told(
-    aws: Aws, sfn: FakeSfn
+    aws: Aws, sfn: CliSfn, parents: Parents
 ) -> None:
     # GIVEN one parent waiting on a payload
-    row = waiter(DEP, "t1", parent="mosaic-1", execution=PARENT)
+    wait = parents.wait("p-1")
+    row = holding(waiter(DEP, "t1", parent="mosaic-1"), wait)
     assert aws.dependencies.register(row)
     # WHEN an operator releases it
     result = release(DEP, "--reason", "tile is never coming", "--yes", "--json")
-    # THEN the parent's token gets DependencyReleased with a JSON cause naming the payload
+    # THEN the parent fails with DependencyReleased and a JSON cause naming the payload
     assert result.exit_code == 0, result.output
-    (sent,) = sfn.sent
-    assert (sent["taskToken"], sent["error"]) == (token("t1"), "DependencyReleased")
-    cause = json.loads(sent["cause"])
+    assert sfn.tokens == [wait.token]
+    cause = parents.released(wait)
     assert cause["payload_id"] == DEP
     assert cause["reason"] == "tile is never coming"
     assert cause["released_by"].startswith("arn:aws:")
@@ -97,101 +211,213 @@ def test_a_payload_s_one_waiter_is_failed_with_the_reason_and_marked_told(
     assert after.notified_at is not None
     assert after.notify_outcome == "RELEASED:tile is never coming"
     assert after.workflow_state is PayloadState.ABORTED
-    assert (after.error, after.cause) == ("DependencyReleased", sent["cause"])
+    assert after.error == "DependencyReleased"
+    assert after.cause is not None
+    assert json.loads(after.cause) == cause
     assert isinstance(after, WaiterItem)
     assert after.error_name is DependencyError.RELEASED
     # AND the output says so, naming the waiter by its hash only
     shown = json.loads(result.stdout)
     assert shown["released"] == 1
     assert [(w["waiter"], w["outcome"]) for w in shown["waiters"]] == [
-        (redact_token(token("t1")), "released")
+        (redact_token(wait.token), "released")
     ]
-    assert TOKEN_PREFIX not in result.output
+    assert wait.token not in result.output
     # AND the payload ending later leaves the row as the release left it (nothing to send)
     resolution = Resolution(state=PayloadState.SUCCEEDED, execution_arn="arn:done")
     assert aws.dependencies.resolve(DEP, row.waiter_id, resolution) is False
     app_ = aws.app()
-    assert app_.callback.handle(stored(aws, row)).value == "already_notified"
+    assert app_.callback.handle(stored(aws, row)) is CallbackAction.ALREADY_NOTIFIED
 
 
-def test_several_waiters_need_waiter_and_it_picks_one(aws: Aws, sfn: FakeSfn) -> None:
+def test_several_waiters_need_waiter_and_it_picks_one(
+    aws: Aws, sfn: CliSfn, parents: Parents
+) -> None:
     # GIVEN two parents waiting on one payload
-    first, second = waiter(DEP, "t1", execution=PARENT), waiter(DEP, "t2", execution=OTHER)
+    one, two = parents.wait("p-1"), parents.wait("p-2")
+    first, second = holding(waiter(DEP, "t1"), one), holding(waiter(DEP, "t2"), two)
     assert aws.dependencies.register(first)
     assert aws.dependencies.register(second)
     # WHEN released without --waiter
     refused = release(DEP, "--reason", "r", "--yes")
     # THEN it is refused with exit 2, listing both, and nothing is sent
     assert refused.exit_code == AmbiguousWaiterError.exit_code == 2
-    assert str(redact_token(token("t1"))) in refused.stderr
-    assert str(redact_token(token("t2"))) in refused.stderr
-    assert sfn.sent == []
+    assert str(redact_token(one.token)) in refused.stderr
+    assert str(redact_token(two.token)) in refused.stderr
+    assert sfn.requests == []
+    assert (parents.status(one), parents.status(two)) == ("RUNNING", "RUNNING")
     # WHEN one is named as `waiters` names it
-    picked = release(DEP, "--waiter", str(redact_token(token("t2"))), "--reason", "r", "--yes")
+    picked = release(DEP, "--waiter", str(redact_token(two.token)), "--reason", "r", "--yes")
     # THEN only that one is released
     assert picked.exit_code == 0, picked.output
-    assert [request["taskToken"] for request in sfn.sent] == [token("t2")]
+    assert sfn.tokens == [two.token]
+    parents.released(two)
+    assert parents.status(one) == "RUNNING"
     assert stored(aws, first).notified_at is None
 
 
-def test_a_parent_arn_releases_every_wait_of_that_parent_only(aws: Aws, sfn: FakeSfn) -> None:
-    # GIVEN a Map parent waiting on two payloads (one already told), and another parent
-    mine = [waiter(payload_id(f"d{n}"), f"t{n}", execution=PARENT) for n in (1, 2)]
-    told = waiter(payload_id("d3"), "t3", execution=PARENT, notified=True)
-    theirs = waiter(payload_id("d1"), "x1", execution=OTHER)
+def _branches(aws: Aws, count: int) -> dict[str, Any]:
+    """A parent whose ``count`` parallel branches each wait on a token (as Map iterations do)."""
+    wait = {**parent_definition(aws.queue_url)["States"]["Wait"], "Catch": [], "End": True}
+    branch = {"StartAt": "Wait", "States": {"Wait": wait}}
+    return {
+        "StartAt": "Each",
+        "States": {"Each": {"Type": "Parallel", "Branches": [branch] * count, "End": True}},
+    }
+
+
+def test_a_parent_arn_releases_every_wait_of_that_parent_only(
+    aws: Aws, sfn: CliSfn, parents: Parents
+) -> None:
+    # GIVEN a parent waiting on three payloads in parallel branches, the third already told
+    machine = parents.create("test-parent-branches", _branches(aws, 3))
+    a, b, c = parents.start("p-1", machine=machine, tokens=3)
+    aws.sfn.send_task_success(taskToken=c.token, output="{}")
+    mine = [holding(waiter(payload_id("d1"), "t1"), a), holding(waiter(payload_id("d2"), "t2"), b)]
+    told = holding(waiter(payload_id("d3"), "t3", notified=True), c)
+    # AND another parent waiting on one of them
+    other = parents.wait("p-2")
+    theirs = holding(waiter(payload_id("d1"), "x1"), other)
     for row in (*mine, told, theirs):
         assert aws.dependencies.register(row)
-    # AND the second token closes when the first fails the parent (as a Map iteration's does)
-    sfn.after_send = lambda sent: sfn.closed.update({token("t2"): "TaskTimedOut"})
+
+    # AND the first failure ends the parent before the next send (on AWS the failed branch
+    # cancels the others soon after; waiting for it makes the order certain here)
+    def parent_ends(_: str) -> None:
+        parents.ended(a)
+
+    sfn.after_send = parent_ends
     # WHEN the parent execution is released
-    result = release(PARENT, "--reason", "giving up", "--yes", "--json")
+    result = release(a.execution, "--reason", "giving up", "--yes", "--json")
     # THEN its open waits are released (the closed one with its parent), the told one is not
     assert result.exit_code == 0, result.output
-    outcomes = {w["payload_id"]: w["outcome"] for w in json.loads(result.stdout)["waiters"]}
-    assert outcomes == {
+    shown = {w["payload_id"]: w for w in json.loads(result.stdout)["waiters"]}
+    assert {pid: w["outcome"] for pid, w in shown.items()} == {
         payload_id("d1"): "released",
         payload_id("d2"): "released",
         payload_id("d3"): "already_answered",
     }
-    assert [request["taskToken"] for request in sfn.sent] == [token("t1")]
+    assert shown[payload_id("d2")]["detail"] == "its parent had already failed (TaskTimedOut)"
+    # AND Step Functions took one failure: the second token had closed with its parent
+    assert sfn.tokens == [a.token, b.token]
+    assert parents.released(a)["payload_id"] == payload_id("d1")
     assert all(stored(aws, row).notify_outcome == "RELEASED:giving up" for row in mine)
     assert stored(aws, told).notify_outcome == "SENT:PROCESSING"
     # AND the other parent's wait is untouched
     assert stored(aws, theirs).notified_at is None
+    assert parents.status(other) == "RUNNING"
 
 
-def test_a_wait_already_answered_is_reported_and_exits_3(aws: Aws, sfn: FakeSfn) -> None:
-    # GIVEN a waiter the tracker already told
-    row = waiter(DEP, "t1", state=PayloadState.SUCCEEDED, notified=True)
+def test_a_wait_already_answered_is_reported_and_exits_3(
+    aws: Aws, sfn: CliSfn, parents: Parents
+) -> None:
+    # GIVEN a waiter the tracker already told (its parent resumed)
+    wait = parents.wait("p-1")
+    aws.sfn.send_task_success(taskToken=wait.token, output="{}")
+    row = holding(waiter(DEP, "t1", state=PayloadState.SUCCEEDED, notified=True), wait)
     assert aws.dependencies.register(row)
     # WHEN it is released
     result = release(DEP, "--reason", "r", "--yes")
     # THEN nothing is sent, the row is as it was, and the exit code says nothing was released
     assert result.exit_code == NOTHING_RELEASED_EXIT == 3
     assert "already answered" in result.stdout
-    assert sfn.sent == []
+    assert sfn.requests == []
     assert stored(aws, row).notify_outcome == "SENT:SUCCEEDED"
+    assert parents.ended(wait)["status"] == "SUCCEEDED"
+    assert parents.task_failures(wait) == []
 
 
-def test_a_closed_token_is_reported_not_a_crash(aws: Aws, sfn: FakeSfn) -> None:
-    # GIVEN a waiter whose parent timed out (Step Functions refuses its token)
-    row = waiter(DEP, "t1", execution=PARENT)
+def _timed_out(aws: Aws, parents: Parents) -> Wait:
+    """The parent's ``TimeoutSeconds`` ran out: the task closed with it."""
+    machine = parents.create("test-parent-1s", parent_definition(aws.queue_url, timeout_seconds=1))
+    wait = parents.start("p-1", machine=machine)[0]
+    ended = parents.ended(wait)
+    assert (ended["status"], ended["error"]) == ("FAILED", "States.Timeout")
+    return wait
+
+
+def _answered(aws: Aws, parents: Parents) -> Wait:
+    """Someone else answered the task first: it is closed."""
+    wait = parents.wait("p-1")
+    aws.sfn.send_task_success(taskToken=wait.token, output="{}")
+    assert parents.ended(wait)["status"] == "SUCCEEDED"
+    return wait
+
+
+def _unreadable(aws: Aws, parents: Parents) -> Wait:
+    """A real token cut short (as a damaged row would hold it): Step Functions cannot read it."""
+    del aws
+    wait = parents.wait("p-1")
+    return Wait(wait.execution, wait.token[:-4])
+
+
+@pytest.mark.parametrize(
+    ("close", "code"),
+    [(_timed_out, "TaskTimedOut"), (_answered, "TaskTimedOut"), (_unreadable, "InvalidToken")],
+    ids=["timed-out", "answered", "unreadable"],
+)
+def test_a_closed_token_is_reported_not_a_crash(
+    aws: Aws,
+    sfn: CliSfn,
+    parents: Parents,
+    close: Callable[[Aws, Parents], Wait],
+    code: str,
+) -> None:
+    # GIVEN a waiter whose token Step Functions refuses
+    closed = close(aws, parents)
+    row = holding(waiter(DEP, "t1"), closed)
     assert aws.dependencies.register(row)
-    sfn.closed[token("t1")] = "TaskTimedOut"
     # WHEN it is released
     result = release(DEP, "--reason", "r", "--yes", "--json")
     # THEN that is the outcome, the row is left for the tracker, exit 3
     assert result.exit_code == NOTHING_RELEASED_EXIT, result.output
+    assert sfn.tokens == [closed.token]
     (shown,) = json.loads(result.stdout)["waiters"]
-    assert (shown["outcome"], shown["detail"]) == ("token_closed", "TaskTimedOut")
+    assert (shown["outcome"], shown["detail"]) == ("token_closed", code)
+    assert stored(aws, row).notified_at is None
+
+
+def test_a_task_that_no_longer_exists_is_reported_as_closed(
+    aws: Aws, sfn: CliSfn, parents: Parents
+) -> None:
+    # GIVEN a waiter whose task Step Functions no longer has. AWS lists TaskDoesNotExist
+    # among SendTaskFailure's errors; moto cannot give it: it raises it only for a consumer
+    # error other than a timeout, which nothing in moto sets, and the strict layer answers
+    # every closed task with TaskTimedOut. So botocore's Stubber answers this one call.
+    wait = parents.wait("p-1")
+    row = holding(waiter(DEP, "t1"), wait)
+    assert aws.dependencies.register(row)
+
+    def refuse(stubber: Stubber) -> None:
+        stubber.add_client_error(
+            "send_task_failure",
+            service_error_code="TaskDoesNotExist",
+            service_message="Task does not exist",
+            expected_params={
+                "taskToken": wait.token,
+                "error": "DependencyReleased",
+                "cause": ANY,
+            },
+        )
+
+    sfn.stub = refuse
+    # WHEN it is released
+    result = release(DEP, "--reason", "r", "--yes", "--json")
+    # THEN the task is reported closed, the row left for the tracker, exit 3
+    assert result.exit_code == NOTHING_RELEASED_EXIT, result.output
+    (stubber,) = sfn.stubbers
+    stubber.assert_no_pending_responses()
+    (shown,) = json.loads(result.stdout)["waiters"]
+    assert (shown["outcome"], shown["detail"]) == ("token_closed", "TaskDoesNotExist")
     assert stored(aws, row).notified_at is None
 
 
 def test_the_tracker_answering_meanwhile_is_reported_already_answered(
-    aws: Aws, sfn: FakeSfn
+    aws: Aws, sfn: CliSfn, parents: Parents
 ) -> None:
-    # GIVEN a waiter the tracker tells between the operator's read and mark
-    row = waiter(DEP, "t1")
+    # GIVEN a waiter the tracker marks told between the release's send and its mark
+    wait = parents.wait("p-1")
+    row = holding(waiter(DEP, "t1"), wait)
     assert aws.dependencies.register(row)
 
     def tracker_answers(_: str) -> None:
@@ -205,31 +431,40 @@ def test_the_tracker_answering_meanwhile_is_reported_already_answered(
     (shown,) = json.loads(result.stdout)["waiters"]
     assert (shown["outcome"], shown["detail"]) == ("already_answered", "SENT:FAILED")
     assert stored(aws, row).notify_outcome == "SENT:FAILED"
+    # AND the failure the release sent did reach the parent
+    parents.released(wait)
 
 
 def test_the_tracker_s_refused_answer_after_the_release_is_replaced_by_it(
-    aws: Aws, sfn: FakeSfn
+    aws: Aws, sfn: CliSfn, parents: Parents
 ) -> None:
-    # GIVEN the tracker answering right after the release, refused (the token is closed)
-    row = waiter(DEP, "t1")
+    # GIVEN the dependency ending right after the release's send, and the tracker's callback
+    # flow answering the parent then: refused, since the release closed the token
+    wait = parents.wait("p-1")
+    row = holding(waiter(DEP, "t1"), wait)
     assert aws.dependencies.register(row)
+    actions: list[CallbackAction] = []
 
-    def tracker_refused(_: str) -> None:
-        aws.dependencies.mark_notified(
-            DEP, row.waiter_id, outcome="PARENT_GONE:TaskTimedOut", retention_days=1
-        )
+    def tracker_answers(_: str) -> None:
+        ended = Resolution(state=PayloadState.FAILED, execution_arn="arn:done")
+        assert aws.dependencies.resolve(DEP, row.waiter_id, ended)
+        actions.append(aws.app().callback.handle(stored(aws, row)))
 
-    sfn.after_send = tracker_refused
+    sfn.after_send = tracker_answers
     # WHEN it is released
     result = release(DEP, "--reason", "r", "--yes")
-    # THEN the release it was is recorded
+    # THEN the tracker found the parent gone, and the release it was is recorded
     assert result.exit_code == 0, result.output
+    assert actions == [CallbackAction.PARENT_GONE]
     assert stored(aws, row).notify_outcome == "RELEASED:r"
+    parents.released(wait)
 
 
-def test_a_join_is_released_once_by_its_join_row(aws: Aws, sfn: FakeSfn) -> None:
+def test_a_join_is_released_once_by_its_join_row(aws: Aws, sfn: CliSfn, parents: Parents) -> None:
     # GIVEN a join on two members, its parent waiting with one token
-    row, members = join("j1", [payload_id("m1"), payload_id("m2")], execution=PARENT)
+    wait = parents.wait("p-1")
+    row, members = join("j1", [payload_id("m1"), payload_id("m2")])
+    row = holding(row, wait)
     assert aws.dependencies.register(row)
     for member in members:
         assert aws.dependencies.register(member)
@@ -237,8 +472,8 @@ def test_a_join_is_released_once_by_its_join_row(aws: Aws, sfn: FakeSfn) -> None
     result = release(payload_id("m1"), "--reason", "r", "--yes", "--json")
     # THEN the join's token gets one failure, and the join row is marked told
     assert result.exit_code == 0, result.output
-    assert [request["taskToken"] for request in sfn.sent] == [token("j1")]
-    cause = json.loads(sfn.sent[0]["cause"])
+    assert sfn.tokens == [wait.token]
+    cause = parents.released(wait)
     assert (cause["payload_id"], cause["join_id"]) == ("join#j1", "j1")
     after = stored(aws, row)
     assert after.notify_outcome == "RELEASED:r"
@@ -246,43 +481,53 @@ def test_a_join_is_released_once_by_its_join_row(aws: Aws, sfn: FakeSfn) -> None
     assert after.workflow_state is PayloadState.PROCESSING
     assert all(aws.dependencies.get_row(m.payload_id, m.waiter_id) == m for m in members)
     # WHEN its parent is released too
-    again = release(PARENT, "--reason", "r", "--yes")
+    again = release(wait.execution, "--reason", "r", "--yes")
     # THEN nothing more is sent
     assert again.exit_code == NOTHING_RELEASED_EXIT
-    assert len(sfn.sent) == 1
+    assert sfn.tokens == [wait.token]
 
 
-def test_dry_run_shows_what_would_be_released_and_changes_nothing(aws: Aws, sfn: FakeSfn) -> None:
+def test_dry_run_shows_what_would_be_released_and_changes_nothing(
+    aws: Aws, sfn: CliSfn, parents: Parents
+) -> None:
     # GIVEN a waiter
-    row = waiter(DEP, "t1", execution=PARENT)
+    wait = parents.wait("p-1")
+    row = holding(waiter(DEP, "t1"), wait)
     assert aws.dependencies.register(row)
     # WHEN released with --dry-run (no --yes needed)
-    result = release(PARENT, "--reason", "r", "--dry-run")
-    # THEN it is listed, nothing is sent, the row is unchanged
+    result = release(wait.execution, "--reason", "r", "--dry-run")
+    # THEN it is listed, nothing is sent, the row is unchanged, the parent still waits
     assert result.exit_code == 0, result.output
     assert "would release 1 wait(s)" in result.stdout
-    assert sfn.sent == []
+    assert sfn.requests == []
     assert stored(aws, row) == row
+    assert parents.status(wait) == "RUNNING"
 
 
-def test_a_huge_reason_still_gives_a_cause_within_the_limit(aws: Aws, sfn: FakeSfn) -> None:
-    assert aws.dependencies.register(waiter(DEP, "t1"))
+def test_a_huge_reason_still_gives_a_cause_within_the_limit(
+    aws: Aws, sfn: CliSfn, parents: Parents
+) -> None:
+    wait = parents.wait("p-1")
+    assert aws.dependencies.register(holding(waiter(DEP, "t1"), wait))
     result = release(DEP, "--reason", "x" * 100_000, "--yes")
     assert result.exit_code == 0, result.output
-    cause = sfn.sent[0]["cause"]
-    assert len(cause) <= SFN_MAX_CAUSE_CHARS
-    assert json.loads(cause)["reason"].endswith("...[truncated]")
+    assert len(sfn.requests[0]["cause"]) <= SFN_MAX_CAUSE_CHARS
+    assert parents.released(wait)["reason"].endswith("...[truncated]")
 
 
-def test_unknown_targets_exit_5_and_no_terminal_needs_yes(aws: Aws, sfn: FakeSfn) -> None:
+def test_unknown_targets_exit_5_and_no_terminal_needs_yes(
+    aws: Aws, sfn: CliSfn, parents: Parents
+) -> None:
     # GIVEN nothing waits on anything
     # WHEN a payload or a parent nobody waits on is released
     # THEN exit 5, as `waiters` for an unknown id
     assert release("no/such/id", "--reason", "r", "--yes").exit_code == 5
     assert release(OTHER, "--reason", "r", "--yes").exit_code == PayloadNotFoundError.exit_code
     # AND without --yes and no terminal to ask on, nothing is sent (exit 2)
-    assert aws.dependencies.register(waiter(DEP, "t1"))
+    wait = parents.wait("p-1")
+    assert aws.dependencies.register(holding(waiter(DEP, "t1"), wait))
     unconfirmed = release(DEP, "--reason", "r")
     assert unconfirmed.exit_code == 2
     assert "--yes" in unconfirmed.output
-    assert sfn.sent == []
+    assert sfn.requests == []
+    assert parents.status(wait) == "RUNNING"
