@@ -13,7 +13,8 @@ It also refuses strings with no UTF-8 form (a lone surrogate) with AWS's client
 errors, where moto crashed with ``UnicodeEncodeError``, and answers task-token
 callbacks as AWS does (:mod:`dependency_tracker_local.task_tokens`: the cause
 of ``SendTaskFailure`` is kept, an answer about a closed task is refused with
-``TaskTimedOut``).
+``TaskTimedOut``) and ``StopExecution`` (:mod:`dependency_tracker_local.stop_execution`:
+the execution is ``ABORTED`` at once, with the request's error and cause).
 
 The checks wrap moto's request handlers (one per API action) and, for item
 sizes after an update, moto's update-expression executor, so they see exactly
@@ -43,7 +44,7 @@ from moto.stepfunctions.parser.api import InvalidOutput
 from moto.stepfunctions.responses import StepFunctionResponse
 
 from dependency_tracker.core import limits
-from dependency_tracker_local import express, task_tokens
+from dependency_tracker_local import express, stop_execution, task_tokens
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -498,6 +499,7 @@ def _install() -> None:
     )
     express.install()
     task_tokens.install(is_active)
+    stop_execution.install(is_active)
     LimitedSizeDict.__setitem__ = _aws_sized(LimitedSizeDict.__setitem__)  # type: ignore[method-assign]
     UpdateExpressionExecutor.execute = _executing_update(  # type: ignore[method-assign]
         UpdateExpressionExecutor.execute

@@ -20,7 +20,8 @@ never issued still gets ``InvalidToken``.
 
 While the strict layer is on, the response handler hands ``cause`` to moto's
 backend, a task closes when it is first answered, when its wait ends (timed
-out or interrupted) and when the frame running it ends, and an answer about a
+out or interrupted), when the frame running it ends and when its execution is
+stopped (:mod:`~.stop_execution`), and an answer about a
 closed task, or one of an execution that is no longer running, is refused with
 ``TaskTimedOut``. A retried attempt of a callback task gets a token of its own,
 as on AWS (moto reuses the first attempt's, and so its outcome).
@@ -95,6 +96,20 @@ def _timed_out() -> TaskTimedOut:
 def is_closed(endpoint: CallbackEndpoint) -> bool:
     """Whether the task behind ``endpoint`` takes no more answers."""
     return endpoint.consumer_error is not None
+
+
+def close_tasks(pool: CallbackPoolManager) -> None:
+    """Close every task of an execution (it was stopped) and wake the threads waiting on them.
+
+    Closed first, under the lock: an answer racing the stop is either taken before
+    it or refused with ``TaskTimedOut``, never accepted and lost.
+    """
+    endpoints = list(pool._pool.values())
+    with _closing:
+        for endpoint in endpoints:
+            _close(endpoint)
+    for endpoint in endpoints:
+        endpoint.interrupt_all()
 
 
 def _close(endpoint: CallbackEndpoint) -> None:
