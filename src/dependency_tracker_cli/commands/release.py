@@ -155,6 +155,13 @@ def release(
     """
     if not reason.strip():
         raise typer.BadParameter("give a reason", param_hint="'--reason'")
+    try:
+        # Bytes that are not UTF-8 reach Python's argv as lone surrogates: Step Functions
+        # might take them, DynamoDB refuses them, so the parent would fail unmarked.
+        reason.encode("utf-8")
+    except UnicodeEncodeError:
+        msg = "not valid UTF-8 text (check the terminal's encoding)"
+        raise typer.BadParameter(msg, param_hint="'--reason'") from None
     if waiter is not None and is_execution_arn(what):
         raise typer.BadParameter("only with a payload id", param_hint="'--waiter'")
     releases = _select(target.dependencies, what, waiter)

@@ -531,3 +531,40 @@ def test_unknown_targets_exit_5_and_no_terminal_needs_yes(
     assert "--yes" in unconfirmed.output
     assert sfn.requests == []
     assert parents.status(wait) == "RUNNING"
+
+
+@pytest.mark.parametrize(
+    ("reason", "refused"),
+    [
+        ("tile \u202eevil\u202c 🛰️ 東京 \u0000 nul and\nnewline", False),  # bidi, emoji, NUL
+        # Bytes that are not UTF-8 in argv (a Latin-1 terminal) reach Python as lone surrogates
+        ("caf\udce9 lone surrogate", True),
+    ],
+)
+def test_an_odd_unicode_reason_gives_a_valid_json_cause_or_a_usage_error(
+    aws: Aws, sfn: CliSfn, parents: Parents, reason: str, refused: bool
+) -> None:
+    wait = parents.wait("p-1")
+    assert aws.dependencies.register(holding(waiter(DEP, "t1"), wait))
+    result = release(DEP, "--reason", reason, "--yes")
+    if refused:
+        # a one-line usage error before anything is sent: the parent still waits
+        assert result.exit_code == 2, result.output
+        assert "not valid UTF-8" in result.output
+        assert sfn.requests == []
+        assert parents.status(wait) == "RUNNING"
+        return
+    assert result.exit_code == 0, result.output
+    cause = json.loads(sfn.requests[0]["cause"])
+    assert (cause["payload_id"], cause["reason"]) == (DEP, reason)
+    assert parents.status(wait) == "FAILED"
+
+
+def test_an_empty_reason_is_refused_and_nothing_is_sent(
+    aws: Aws, sfn: CliSfn, parents: Parents
+) -> None:
+    wait = parents.wait("p-1")
+    assert aws.dependencies.register(holding(waiter(DEP, "t1"), wait))
+    result = release(DEP, "--reason", "   ", "--yes")
+    assert result.exit_code == 2, result.output
+    assert sfn.requests == []
