@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
 from moto.dynamodb.models import table as moto_table
 
@@ -57,6 +58,15 @@ def load_fixture(name: str) -> dict[str, Any]:
     """A cirrus payload from tests/fixtures."""
     data: dict[str, Any] = json.loads((FIXTURES / name).read_text())
     return data
+
+
+def code_of(call: Callable[[], object]) -> str | None:
+    """The error code a call is refused with (None: accepted)."""
+    try:
+        call()
+    except ClientError as exc:
+        return str(exc.response["Error"]["Code"])
+    return None
 
 
 def wait_until(predicate: Callable[[], Any], *, timeout: float = 20.0, every: float = 0.05) -> Any:

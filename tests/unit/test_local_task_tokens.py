@@ -17,7 +17,7 @@ from moto import mock_aws
 
 from dependency_tracker_local.strict import strict_limits
 from dependency_tracker_local.task_tokens import TASK_CLOSED
-from tests.conftest import wait_until
+from tests.conftest import code_of, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -93,15 +93,6 @@ def moto() -> Iterator[Callbacks]:
         sqs = session.client("sqs")
         queue_url = sqs.create_queue(QueueName="tokens")["QueueUrl"]
         yield Callbacks(session.client("stepfunctions"), sqs, queue_url)
-
-
-def code_of(call: Callable[[], object]) -> str | None:
-    """The error code a call is refused with (None: accepted)."""
-    try:
-        call()
-    except ClientError as exc:
-        return str(exc.response["Error"]["Code"])
-    return None
 
 
 # A Catch that keeps what it caught, then fails with it, as the tracker's parents do.

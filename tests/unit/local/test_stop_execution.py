@@ -11,17 +11,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from botocore.exceptions import ClientError
 from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
 from dependency_tracker_local.strict import strict_limits
-from tests.conftest import ACCOUNT, REGION, Aws, payload, wait_until
+from tests.conftest import ACCOUNT, REGION, Aws, code_of, payload, wait_until
 from tests.harness import create_parent, queue_bodies, start_parent
 
 if TYPE_CHECKING:
     import threading
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
 
 @dataclass
@@ -56,15 +55,6 @@ def waiting(aws: Aws) -> Iterator[Waiting]:
         parent = start_parent(aws, machine, payload(), name="stopped")
         (body,) = queue_bodies(aws)
         yield Waiting(parent, machine, body["callback"]["task_token"], _interpreter(parent))
-
-
-def code_of(call: Callable[[], object]) -> str | None:
-    """The error code a call is refused with (None: accepted)."""
-    try:
-        call()
-    except ClientError as exc:
-        return str(exc.response["Error"]["Code"])
-    return None
 
 
 def _history(aws: Aws, execution_arn: str) -> list[dict[str, Any]]:
