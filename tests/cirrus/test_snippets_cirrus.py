@@ -7,14 +7,13 @@ environment (``.venv-cirrus``) has, so it runs here.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.e2e.test_snippets import BLOCKS, CIRRUS_PYTHON, kind, shown_after
+from tests.e2e.test_snippets import BLOCKS, CIRRUS_PYTHON, fresh_terminal, kind, shown_after
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -29,18 +28,6 @@ def test_the_docs_have_cirrus_mode_blocks_for_this_tier() -> None:
     assert CIRRUS_BLOCKS, "no Python block starts the stack with cirrus=True"
 
 
-def _fresh_terminal(tmp_path: Path) -> dict[str, str]:
-    """Nothing of AWS or the tracker set, as a reader's new terminal (test_snippets' rule)."""
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("AWS_", "DEPTRACK_", "MOTO_"))
-    }
-    env["AWS_CONFIG_FILE"] = env["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
-    env["TMPDIR"] = str(tmp_path)
-    return env
-
-
 @pytest.mark.parametrize("block", [pytest.param(block, id=block.where) for block in CIRRUS_BLOCKS])
 def test_cirrus_mode_block_runs_and_prints_what_the_page_shows(
     block: Block, tmp_path: Path
@@ -52,7 +39,7 @@ def test_cirrus_mode_block_runs_and_prints_what_the_page_shows(
     done: Any = subprocess.run(  # noqa: S603 - our own docs, as a reader runs them
         [sys.executable, script.name],
         cwd=tmp_path,
-        env=_fresh_terminal(tmp_path),
+        env=fresh_terminal(tmp_path),
         capture_output=True,
         text=True,
         timeout=RUN_SECONDS,

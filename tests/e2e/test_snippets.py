@@ -97,6 +97,20 @@ def of_kind(name: str) -> list[Any]:
     return [pytest.param(block, id=block.where) for block in BLOCKS if kind(block) == name]
 
 
+def fresh_terminal(tmpdir: Path) -> dict[str, str]:
+    """A reader's new terminal: nothing of AWS or the tracker set, temporary files in ``tmpdir``."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("AWS_", "DEPTRACK_", "MOTO_"))
+    }
+    # Never this machine's AWS profile: only what the page exports.
+    env["AWS_CONFIG_FILE"] = env["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
+    # What a page writes with mktemp stays with the test's files.
+    env["TMPDIR"] = str(tmpdir)
+    return env
+
+
 # ---------------------------------------------------------------------------- the pages' sessions
 
 
@@ -138,17 +152,9 @@ class Reader:
         return self.sessions[page]
 
     def environment(self) -> dict[str, str]:
-        """A fresh terminal's: nothing of AWS or the tracker set, the checkout's tools on PATH."""
-        env = {
-            name: value
-            for name, value in os.environ.items()
-            if not name.startswith(("AWS_", "DEPTRACK_", "MOTO_"))
-        }
+        """A fresh terminal's (:func:`fresh_terminal`), the checkout's tools on PATH."""
+        env = fresh_terminal(self.root)
         env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-        # Never this machine's AWS profile: only what the page exports.
-        env["AWS_CONFIG_FILE"] = env["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
-        # What a page writes with mktemp stays with the test's files.
-        env["TMPDIR"] = str(self.root)
         return env
 
     def as_run(self, text: str, workdir: Path) -> str:
