@@ -344,9 +344,7 @@ def _show(
         return
     console = render.stdout()
     for publication in publications:
-        what = ", ".join(publication.payload_ids)
-        if publication.join_id is not None:
-            what = f"join {publication.join_id}: {what}"
+        what = _named(publication, publication.payload_ids)
         console.print(
             f"[green]sent[/] {render.escape_line(publication.source)} → "
             f"{render.escape_line(what)} (message {publication.message_id})",
@@ -354,6 +352,12 @@ def _show(
         )
     if wait:
         render.print_table(console, payload_table(rows, title="results"), keys=PAYLOAD_TABLE_KEYS)
+
+
+def _named(publication: Publication, ids: list[str]) -> str:
+    """``ids`` as one line, a join's prefixed with ``join <id>:``."""
+    what = ", ".join(ids)
+    return what if publication.join_id is None else f"join {publication.join_id}: {what}"
 
 
 def _show_dry_run(publications: list[Publication], *, json_output: bool) -> None:
@@ -377,9 +381,7 @@ def _show_dry_run(publications: list[Publication], *, json_output: bool) -> None
         return
     console = render.stdout()
     for publication in publications:
-        what = ", ".join([*publication.payload_ids, *publication.unread])
-        if publication.join_id is not None:
-            what = f"join {publication.join_id}: {what}"
+        what = _named(publication, [*publication.payload_ids, *publication.unread])
         console.print(
             f"[green]valid[/] {render.escape_line(publication.source)} → "
             f"{render.escape_line(what)}",
