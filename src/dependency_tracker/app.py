@@ -261,7 +261,6 @@ class App:
                 chunk_size=settings.join_chunk_size,
                 sqs=self.clients.sqs,
                 queue_url=settings.join_queue_url or settings.process_queue_url,
-                sfn=self.clients.sfn,
             ),
         )
 

@@ -17,15 +17,18 @@ from urllib.parse import urlparse
 import boto3
 from botocore.config import Config
 
+from dependency_tracker.app import App
 from dependency_tracker.core import settings
 from dependency_tracker.core.errors import UnknownWorkflowError
-from dependency_tracker.payloads.bucket import PayloadBucket
-from dependency_tracker.payloads.state_table import StateTable
-from dependency_tracker.table.dependency_table import DependencyTable
 from dependency_tracker_cli.readmodel import CirrusReader, PayloadReader, TrackerReader
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+
+    from dependency_tracker.joins.store import JoinStore
+    from dependency_tracker.payloads.bucket import PayloadBucket
+    from dependency_tracker.payloads.state_table import StateTable
+    from dependency_tracker.table.dependency_table import DependencyTable
 
 _CONFIG = Config(retries={"mode": "standard"})
 # Known workflows an unknown-workflow error lists (the rest are counted).
@@ -234,9 +237,24 @@ class Target:
         return self.names.process_dlq_url or self._queue_url(self.names.process_dlq_name)
 
     @cached_property
+    def app(self) -> App:
+        """The runtime's composition root bound to this target: its stores, built once.
+
+        Operator commands read rows and mark them through the same store methods
+        the handlers use; they never start a workflow, so no ARN prefix is needed.
+        """
+        bound = settings.Settings(
+            state_table=self.names.state_table,
+            dependency_table=self.names.dependency_table,
+            workflow_arn_prefix="",
+            prefix=self.prefix,
+        )
+        return App(bound, self.client)
+
+    @property
     def states(self) -> StateTable:
         """The payload state table."""
-        return StateTable(self.client("dynamodb"), self.names.state_table)
+        return self.app.states
 
     def use_cirrus(self, *, prefix: str | None, state_table: str | None) -> None:
         """Take the command line's cirrus-mode options (before the first read)."""
@@ -264,15 +282,20 @@ class Target:
             return tracker
         return CirrusReader(self.client("dynamodb"), table, tracker)
 
-    @cached_property
+    @property
     def dependencies(self) -> DependencyTable:
         """The dependency (waiter) table."""
-        return DependencyTable(self.client("dynamodb"), self.names.dependency_table)
+        return self.app.dependencies
 
-    @cached_property
+    @property
+    def joins(self) -> JoinStore:
+        """The join rows of the dependency table."""
+        return self.app.joins
+
+    @property
     def bucket(self) -> PayloadBucket:
         """Reads ``s3://`` payload pointers."""
-        return PayloadBucket(self.client("s3"))
+        return self.app.bucket
 
     def state_machine_names(self) -> set[str]:
         """Names of every state machine in the account and region."""

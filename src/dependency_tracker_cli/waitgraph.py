@@ -315,23 +315,24 @@ class WaitGraph:
     def from_rows(cls, rows: Iterable[Row], *, include_done: bool = False) -> WaitGraph:
         """The graph of dependency-table rows.
 
-        By default only rows that still hold a parent: waiters and joins whose
-        parent was not told yet, and memberships still ``PROCESSING`` in a join
-        that was not told yet. ``include_done`` keeps every row.
+        By default only rows that still hold a parent: waiters whose parent was
+        not told yet, joins with a token not answered yet (a released join has
+        none), and memberships still ``PROCESSING`` in such a join. ``include_done``
+        keeps every row.
         """
         graph = cls()
         rows = list(rows)
         joins = {row.join_id: row for row in rows if isinstance(row, JoinItem)}
         for row in rows:
             if isinstance(row, JoinItem):
-                if include_done or row.notified_at is None:
+                if include_done or row.unanswered():
                     graph._add_join(row)
             elif isinstance(row, MembershipItem):
                 join = joins.get(row.join_id)
                 active = (
                     row.workflow_state is PayloadState.PROCESSING
                     and join is not None
-                    and join.notified_at is None
+                    and bool(join.unanswered())
                 )
                 if include_done or active:
                     graph._add_membership(row, join)

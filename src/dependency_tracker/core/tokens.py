@@ -7,6 +7,9 @@ import hashlib
 # What Step Functions answers a send or heartbeat on a task that has closed (answered, timed
 # out, its execution stopped) or never existed: the parent is gone, nothing is left to tell.
 PARENT_GONE_CODES = frozenset({"TaskTimedOut", "InvalidToken", "TaskDoesNotExist"})
+# How a row records such an answer (``PARENT_GONE:<code>``); an operator's release that
+# closed the token (so caused the refusal) may write over it.
+PARENT_GONE_OUTCOME = "PARENT_GONE:"
 
 
 def token_hash(task_token: str) -> str:

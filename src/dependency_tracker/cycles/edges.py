@@ -11,9 +11,10 @@ both miss it).
 An edge lives as long as the longest wait a parent can make (a Standard
 execution's year) plus the retention: a long wait stays visible to the check.
 It counts only while its wait does: the waiting row (``via`` under the payload
-waited on) still waits (``PROCESSING``), or has not been written yet (an edge
-is written before its join's membership rows; a few minutes' grace). An ended
-wait's edge, kept by its long lifetime, is never followed.
+waited on) still waits (``PROCESSING``, and for a join's membership, its join
+not released by an operator), or has not been written yet (an edge is written
+before its join's membership rows; a few minutes' grace). An ended wait's edge,
+kept by its long lifetime, is never followed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ from typing import TYPE_CHECKING, Any
 from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.core.limits import SFN_MAX_EXECUTION_SECONDS
 from dependency_tracker.table.dynamodb import batch_get, put_if_absent, update_if, values
-from dependency_tracker.table.items import EdgeItem, edge_id_for, edge_partition_for, key_attributes
+from dependency_tracker.table.items import (
+    JOIN_ROW_KEY,
+    EdgeItem,
+    edge_id_for,
+    edge_partition_for,
+    join_partition_for,
+    key_attributes,
+)
 from dependency_tracker.table.keys import partition_key
 
 if TYPE_CHECKING:
@@ -129,25 +137,51 @@ class WaitEdges:
             for target, via, _ in edges
         }
         state_of: dict[tuple[str, str], str | None] = {}
+        join_of: dict[tuple[str, str], str] = {}
         for row in batch_get(
             self._client,
             self.table_name,
             list(keys.values()),
-            projection="payload_id, waiter_id, workflow_state",
+            projection="payload_id, waiter_id, workflow_state, join_id",
         ):
             state = row.get("workflow_state", {}).get("S")
-            state_of[(row["payload_id"]["S"], row["waiter_id"]["S"])] = state
+            found = (row["payload_id"]["S"], row["waiter_id"]["S"])
+            state_of[found] = state
+            if "join_id" in row:
+                join_of[found] = row["join_id"]["S"]
+        released = self._released_joins(set(join_of.values()))
         now = utcnow()
         waiting: list[str] = []
         for target, via, created in edges:
             key = keys[(target, via)]
             found = (key["payload_id"]["S"], key["waiter_id"]["S"])
             if found in state_of:
-                if state_of[found] == PayloadState.PROCESSING.value:
+                if state_of[found] == PayloadState.PROCESSING.value and (
+                    join_of.get(found) not in released
+                ):
                     waiting.append(target)
             elif now - created < UNWRITTEN_ROW_GRACE:
                 waiting.append(target)
         return waiting
+
+    def _released_joins(self, join_ids: set[str]) -> set[str]:
+        """Those of ``join_ids`` an operator released: their members' rows wait for nobody.
+
+        A join's membership rows stay ``PROCESSING`` after a release (a retried send
+        of its parent may still take the join up, and then its edges count again).
+        """
+        if not join_ids:
+            return set()
+        rows = batch_get(
+            self._client,
+            self.table_name,
+            [
+                key_attributes(payload_id=join_partition_for(join_id), waiter_id=JOIN_ROW_KEY)
+                for join_id in join_ids
+            ],
+            projection="join_id, released_at",
+        )
+        return {row["join_id"]["S"] for row in rows if "released_at" in row and "join_id" in row}
 
     def refuse(
         self, waiter_payload_id: str, depends_on: Iterable[str], *, via: str, cycle: list[str]

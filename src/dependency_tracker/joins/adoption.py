@@ -1,82 +1,86 @@
-"""A retried parent adopting its join: the same wait, sent again with a new token.
+"""A join sent again by its own parent: the new token joins the wait.
 
 A Step Functions ``Retry`` of a ``sendMessage.waitForTaskToken`` task whose
 first send was delivered (the error came after it) sends the same join with a
-new token. The join row belongs to the first token; it passes to the new one
-only when the same execution sends the same join (quorum, total, member list)
-and the first token's task has closed (``SendTaskHeartbeat`` answers
-``TaskTimedOut``). Anything else keeps the join with its owner.
+new token, and SQS may deliver the two sends in either order, or redeliver the
+first late. The join row keeps every token of the same wait (joins/token_rows.py)
+and each is answered once: no probe of a token's task, no dependence on order.
+
+"The same wait" is: the same ``parent_execution`` (a join sent without one is
+never shared), the same quorum, and the same member list: an inline list's
+content (its digest), or a manifest's url and the ETag read. Anything else with
+the join's id is another wait, refused with ``InvalidJoin``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
-from botocore.exceptions import ClientError
 
-from dependency_tracker.core.backoff import error_code
-from dependency_tracker.core.observability import logger, metrics, redact_token
-from dependency_tracker.core.tokens import PARENT_GONE_CODES
-from dependency_tracker.joins.member_list import JOIN_MEMBERS_PREFIX
+from dependency_tracker.core.enums import DependencyError
+from dependency_tracker.core.errors import InvalidMessageError
+from dependency_tracker.core.observability import logger, metrics
+from dependency_tracker.table.join_items import MAX_JOIN_TOKENS
 
 if TYPE_CHECKING:
-    from mypy_boto3_stepfunctions import SFNClient
-
     from dependency_tracker.joins.store import JoinStore
-    from dependency_tracker.payloads.bucket import PayloadBucket
-    from dependency_tracker.payloads.model import ProcessPayload
     from dependency_tracker.table.join_items import JoinItem
 
 
+def members_digest(entries: list[Any]) -> str:
+    """The digest that names an inline member list (whitespace and key order aside)."""
+    text = json.dumps(entries, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def same_wait(existing: JoinItem, row: JoinItem) -> bool:
+    """Whether ``row`` (a new send) is the wait ``existing`` already is, by its parent."""
+    if existing.parent_execution is None or existing.parent_execution != row.parent_execution:
+        return False
+    if existing.quorum != row.quorum:
+        return False
+    if existing.members_digest is not None or row.members_digest is not None:
+        return existing.members_digest == row.members_digest
+    return (existing.source, existing.source_etag) == (row.source, row.source_etag)
+
+
 class JoinAdoption:
-    """Hands a join to its parent's retried send (a part of ``JoinRegistration``)."""
+    """Adds a retried send's token to its join (a part of ``JoinRegistration``)."""
 
     joins: JoinStore
-    _bucket: PayloadBucket
-    _sfn: SFNClient | None
 
-    def _adopted(
-        self, existing: JoinItem, row: JoinItem, payloads: list[ProcessPayload]
-    ) -> JoinItem | None:
-        """The join handed to ``row``'s token when it is its own parent's retry; else unchanged."""
-        same = (
-            existing.parent_execution is not None
-            and existing.parent_execution == row.parent_execution
-            and (existing.quorum, existing.total) == (row.quorum, row.total)
-            and existing.source_etag == row.source_etag
-            and (existing.source == row.source or self._both_inline(existing.source, row.source))
-            and self._same_first_chunk(existing, payloads)
-        )
-        if not same or self._sfn is None or self._task_open(existing.task_token):
-            return existing
-        adopted = self.joins.adopt(
-            existing.join_id, old_token=existing.task_token, new_token=row.task_token
-        )
-        if adopted:
-            logger.warning(
-                "join adopted: its parent's task closed and the same execution sent it again",
-                extra={"previous_token_hash": redact_token(existing.task_token)},
+    def _joined(self, existing: JoinItem, row: JoinItem) -> JoinItem:
+        """The join with ``row``'s token added when it is the same wait.
+
+        Raises:
+            InvalidMessageError: ``InvalidJoin`` (to the new token): another wait
+                uses the join id, or the join holds :data:`MAX_JOIN_TOKENS` already.
+        """
+        token = row.task_token
+        if not same_wait(existing, row):
+            raise InvalidMessageError(
+                f"join_id {existing.join_id!r} is already used by another task token (a"
+                " join_id belongs to the first parent that sends it; the same execution may"
+                " send the same join again, with the same quorum and members: give each"
+                " other wait its own join_id)",
+                task_token=token,
+                error_name=DependencyError.INVALID_JOIN,
             )
-            metrics.add_metric(name="JoinsAdopted", unit=MetricUnit.Count, value=1)
-        return self.joins.get(existing.join_id)
-
-    def _both_inline(self, first: str | None, second: str | None) -> bool:
-        """Both lists are inline lists the tracker wrote (under each token's own key)."""
-        inline = f"s3://{self._bucket.bucket_name}/{JOIN_MEMBERS_PREFIX}/"
-        return all(url is not None and url.startswith(inline) for url in (first, second))
-
-    def _same_first_chunk(self, existing: JoinItem, payloads: list[ProcessPayload]) -> bool:
-        chunk = self.joins.chunk(existing.join_id, 0)
-        return chunk is None or set(chunk.members) == {payload.id for payload in payloads}
-
-    def _task_open(self, token: str) -> bool:
-        """Whether a parent still waits on ``token`` (a heartbeat is refused once it closed)."""
-        assert self._sfn is not None  # noqa: S101  (callers check)
-        try:
-            self._sfn.send_task_heartbeat(taskToken=token)
-        except ClientError as exc:
-            if error_code(exc) in PARENT_GONE_CODES:
-                return False
-            raise
-        return True
+        if not self.joins.add_token(existing.join_id, token):
+            current = self.joins.get(existing.join_id)
+            if current is not None and current.holds(token):
+                return current  # a redelivery of this send raced its first delivery
+            raise InvalidMessageError(
+                f"join {existing.join_id!r} was sent {MAX_JOIN_TOKENS} times by its parent"
+                " execution: no further send joins it (a Retry with fewer attempts, or a"
+                " join_id per attempt)",
+                task_token=token,
+                error_name=DependencyError.INVALID_JOIN,
+            )
+        logger.info("join sent again by its parent: its token joins the wait")
+        metrics.add_metric(name="JoinTokensAdded", unit=MetricUnit.Count, value=1)
+        joined = self.joins.get(existing.join_id)
+        return joined if joined is not None else existing

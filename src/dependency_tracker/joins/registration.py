@@ -5,9 +5,9 @@ A join message creates the join row and registers its first chunk of at most
 later chunk's ``join_chunk`` message itself (joins/fan_out.py) before it
 registers the first chunk; each chunk then registers in its own invocation
 (joins/chunks.py), reading its members from the list's position
-(joins/member_list.py). A join already created by another token passes to this
-one only as its parent's retry (joins/adoption.py). With no bucket or queue to
-carry on through, one invocation registers every chunk.
+(joins/member_list.py). A join already created by another token takes this one
+too only when its own parent sent the same wait again (joins/adoption.py). With
+no bucket or queue to carry on through, one invocation registers every chunk.
 
 A ``join_chunk`` message without ``chunks`` comes from the older chained
 registration (each chunk sent the next): such a chunk still sends the next, so
@@ -23,7 +23,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
 from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.core.observability import logger, metrics, redact_token
-from dependency_tracker.joins.adoption import JoinAdoption
+from dependency_tracker.joins.adoption import JoinAdoption, members_digest
 from dependency_tracker.joins.chunks import ChunkRegistration
 from dependency_tracker.joins.fan_out import ChunkFanOut
 from dependency_tracker.joins.manifest import ObjectVersion, changed_cause
@@ -33,7 +33,6 @@ from dependency_tracker.table.join_items import JoinItem
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
-    from mypy_boto3_stepfunctions import SFNClient
 
     from dependency_tracker.cycles.guard import CycleGuard
     from dependency_tracker.joins.manifest import ManifestReader
@@ -62,7 +61,6 @@ class JoinRegistration(ChunkRegistration, ChunkFanOut, JoinAdoption, MemberListR
         chunk_size: int,
         sqs: SQSClient | None,
         queue_url: str | None,
-        sfn: SFNClient | None = None,
     ) -> None:
         self.joins = joins
         self.dependencies = dependencies
@@ -74,7 +72,6 @@ class JoinRegistration(ChunkRegistration, ChunkFanOut, JoinAdoption, MemberListR
         self.chunk_size = chunk_size
         self._sqs = sqs
         self._queue_url = queue_url
-        self._sfn = sfn  # to tell whether a join's parent still waits (adoption)
 
     # ------------------------------------------------------------------ entry
 
@@ -103,24 +100,21 @@ class JoinRegistration(ChunkRegistration, ChunkFanOut, JoinAdoption, MemberListR
             source_version=source.version.version_id if source and source.version else None,
             parent_execution=message.join.parent_execution,
             waiter_payload_id=message.join.waiter_payload_id,
+            members_digest=None if message.payloads_url else members_digest(message.entries),
             created_at=now,
             updated_at=now,
         )
         fresh = self.joins.create(row)
         if not fresh:
             existing = self.joins.get(join_id)
-            if existing is not None and existing.task_token != token:
-                existing = self._adopted(existing, row, payloads)
-            if existing is not None and existing.task_token != token:
-                raise InvalidMessageError(
-                    f"join_id {join_id!r} is already used by another task token (a join_id"
-                    " belongs to the first parent that sends it, and passes to a new token"
-                    " only when that parent's task has closed and the same execution sends"
-                    " the same join again: give each wait its own join_id)",
-                    task_token=token,
-                    error_name=DependencyError.INVALID_JOIN,
-                )
-            if existing is not None and existing.source_etag not in (None, row.source_etag):
+            if existing is not None and not existing.holds(token):
+                # Refused (InvalidJoin to this token) unless it is the same wait, sent again.
+                existing = self._joined(existing, row)
+            if (
+                existing is not None
+                and existing.members_digest is None
+                and existing.source_etag not in (None, row.source_etag)
+            ):
                 # A redelivery that read a manifest other than the one the join began with.
                 seen = f"read again as ETag {row.source_etag}"
                 self._finish_begun(existing, 0)

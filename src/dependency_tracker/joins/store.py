@@ -1,6 +1,7 @@
 """JoinStore, the one object the join flows use: the join row here, its other rows from parts.
 
-Registration writes are joins/registration_rows.py, the outcome counts
+Registration writes are joins/registration_rows.py, the tokens and their answers
+joins/token_rows.py, the outcome counts
 joins/count_rows.py, the members read back for the summary joins/member_rows.py
 and the join row's decision joins/decision.py; the calls they share are
 joins/row_access.py.
@@ -10,15 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from botocore.exceptions import ClientError
-
-from dependency_tracker.core.enums import utcnow
-from dependency_tracker.joins import count_rows, member_rows, registration_rows
+from dependency_tracker.joins import count_rows, member_rows, registration_rows, token_rows
 from dependency_tracker.joins.decision import JoinDecisions
 from dependency_tracker.joins.registration_rows import Registration
 from dependency_tracker.joins.row_access import DEFAULT_CONCURRENCY, RowAccess
-from dependency_tracker.table.dynamodb import is_conditional_failure, put_if_absent, values
-from dependency_tracker.table.items import join_partition_for, key_attributes
+from dependency_tracker.table.dynamodb import put_if_absent
+from dependency_tracker.table.items import join_partition_for
 from dependency_tracker.table.join_items import ChunkItem, JoinItem, chunk_id_for
 from dependency_tracker.table.prefixes import JOIN_ROW_KEY
 
@@ -28,7 +26,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from dependency_tracker.joins.outputs import MemberOutcome
-    from dependency_tracker.table.items import MembershipItem, Resolution
+    from dependency_tracker.table.items import MembershipItem, ReleaseMark, Resolution
 
 # Registration is what register_members answers; callers import it from here too.
 __all__ = ["JoinStore", "Registration"]
@@ -60,27 +58,27 @@ class JoinStore(JoinDecisions):
         item = self._access.get(join_partition_for(join_id), chunk_id_for(index))
         return None if item is None else ChunkItem.from_item(item)
 
-    def adopt(self, join_id: str, *, old_token: str, new_token: str) -> bool:
-        """Hand the join to ``new_token`` if ``old_token`` still owns it; False otherwise.
+    # ------------------------------------------------------------------ tokens
 
-        ``notified_at`` is removed: a join decided while its parent was gone is
-        told again, to the new token (the row turns un-notified on the stream).
-        """
-        try:
-            self._client.update_item(
-                TableName=self.table_name,
-                Key=key_attributes(payload_id=join_partition_for(join_id), waiter_id=JOIN_ROW_KEY),
-                UpdateExpression=(
-                    "SET task_token = :new, updated_at = :now REMOVE notified_at, notify_outcome"
-                ),
-                ConditionExpression="attribute_exists(join_id) AND task_token = :old",
-                ExpressionAttributeValues=values(new=new_token, old=old_token, now=utcnow()),
-            )
-        except ClientError as exc:
-            if not is_conditional_failure(exc):
-                raise
-            return False
-        return True
+    def add_token(self, join_id: str, token: str) -> bool:
+        """Add a retried send's token; False if the join holds it or is full."""
+        return token_rows.add_token(self._access, join_id, token)
+
+    def mark_answered(
+        self, join_id: str, token: str, outcome: str, *, over_gone: bool = False
+    ) -> bool:
+        """Record how one of the join's tokens was answered, once."""
+        return token_rows.mark_answered(self._access, join_id, token, outcome, over_gone=over_gone)
+
+    def finish_answering(self, join: JoinItem, *, outcome: str, retention_days: int) -> bool:
+        """Mark the join told once every token it holds is answered."""
+        return token_rows.finish_answering(
+            self._access, join, outcome=outcome, retention_days=retention_days
+        )
+
+    def mark_released(self, join: JoinItem, release: ReleaseMark, *, outcome: str) -> bool:
+        """Record an operator's release of every token ``join`` holds."""
+        return token_rows.mark_released(self._access, join, release, outcome=outcome)
 
     # ------------------------------------------------------------ registration
 

@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
 from dependency_tracker.core.text import clip
+from dependency_tracker.core.tokens import PARENT_GONE_OUTCOME
 from dependency_tracker.table.dynamodb import put_if_absent, update_if, values
 from dependency_tracker.table.items import (
     JOIN_ROW_KEY,
     DependencyRow,
+    ReleaseMark,
     Resolution,
     WaiterItem,
     join_partition_for,
@@ -91,16 +93,25 @@ class DependencyTable:
             if isinstance(row, WaiterItem):
                 yield row
 
-    def scan_pages(self, *, unnotified_only: bool = False) -> Iterator[list[Row]]:
+    def scan_pages(
+        self, *, unnotified_only: bool = False, parent_execution: str | None = None
+    ) -> Iterator[list[Row]]:
         """Every row of the table, one page at a time: a full ``Scan``, for operator tools.
 
         The flows never scan. With ``unnotified_only`` DynamoDB drops rows that
         have ``notified_at``: what is left are waiters and joins whose parent
-        has not been told yet, and every join membership row.
+        has not been told yet, and every join membership row. With
+        ``parent_execution``, only the waiter and join rows that name it.
         """
         scan: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
+        filters: list[str] = []
         if unnotified_only:
-            scan["FilterExpression"] = "attribute_not_exists(notified_at)"
+            filters.append("attribute_not_exists(notified_at)")
+        if parent_execution is not None:
+            filters.append("parent_execution = :parent")
+            scan["ExpressionAttributeValues"] = values(parent=parent_execution)
+        if filters:
+            scan["FilterExpression"] = " AND ".join(filters)
         while True:
             response = self._client.scan(**scan)
             items = response.get("Items", [])
@@ -255,22 +266,15 @@ class DependencyTable:
         *,
         outcome: str,
         retention_days: int,
-        task_token: str | None = None,
     ) -> bool:
         """Record that the parent was told (or is gone) and let the row expire.
 
-        With ``task_token``, only if the row still holds that token: a join handed
-        to a retried parent's new token meanwhile stays un-notified, for that one.
-        Returns False when the row was already marked (a duplicate delivery) or
-        holds another token.
+        Returns False when the row was already marked (a duplicate delivery). A
+        join row is marked by its store, once each of its tokens is answered.
         """
         now = utcnow()
         expires = int((now + timedelta(days=retention_days)).timestamp())
         condition = "attribute_exists(waiter_id) AND attribute_not_exists(notified_at)"
-        extra: dict[str, object] = {}
-        if task_token is not None:
-            condition += " AND task_token = :token"
-            extra["token"] = task_token
         return (
             update_if(
                 self._client,
@@ -281,9 +285,71 @@ class DependencyTable:
                     "expiration_time = :expires, updated_at = :now"
                 ),
                 ConditionExpression=condition,
-                ExpressionAttributeValues=values(
-                    now=now, outcome=outcome, expires=expires, **extra
+                ExpressionAttributeValues=values(now=now, outcome=outcome, expires=expires),
+            )
+            is not None
+        )
+
+    def mark_released(
+        self, row: WaiterItem, *, outcome: str, release: ReleaseMark, retention_days: int
+    ) -> bool:
+        """Mark a waiter told by an operator's release and, still waiting, ``ABORTED``.
+
+        It holds only if the row is as read: same token, same state, not told, or
+        told only that its parent was gone (the tracker's answer after the
+        release, refused because the release had closed the token). The wait is
+        then over: its edge stops counting for the cycle check, and a late
+        resolution of the payload leaves the row as the release left it.
+        """
+        expires = int((release.at + timedelta(days=retention_days)).timestamp())
+        sets = [
+            "notified_at = :now",
+            "notify_outcome = :outcome",
+            "expiration_time = :expires",
+            "updated_at = :now",
+            "released_at = :now",
+            "release_reason = :reason",
+        ]
+        plain: dict[str, object] = {
+            "now": release.at,
+            "outcome": outcome,
+            "expires": expires,
+            "reason": release.reason,
+            "token": row.task_token,
+            "seen": row.workflow_state.value,
+            "gone": PARENT_GONE_OUTCOME,
+        }
+        names: dict[str, str] = {}
+        if release.released_by is not None:
+            sets.append("released_by = :by")
+            plain["by"] = release.released_by
+        if row.workflow_state is PayloadState.PROCESSING:
+            sets += [
+                "workflow_state = :aborted",
+                "error_name = :error",
+                "#error = :error",
+                "#cause = :cause",
+                "resolved_at = :now",
+            ]
+            names |= {"#error": "error", "#cause": "cause"}
+            plain |= {
+                "aborted": PayloadState.ABORTED.value,
+                "error": DependencyError.RELEASED.value,
+                "cause": clip(release.cause, MAX_REFUSAL_CAUSE_CHARS),
+            }
+        extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
+        return (
+            update_if(
+                self._client,
+                TableName=self.table_name,
+                Key=_key(row.payload_id, row.waiter_id),
+                UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression=(
+                    "task_token = :token AND workflow_state = :seen AND "
+                    "(attribute_not_exists(notified_at) OR begins_with(notify_outcome, :gone))"
                 ),
+                ExpressionAttributeValues=values(**plain),
+                **extra,
             )
             is not None
         )

@@ -149,6 +149,15 @@ def waiter_id_for(task_token: str) -> str:
     return f"{WAITER_KEY_PREFIX}{token_hash(task_token)}"
 
 
+class ReleaseMark(BaseModel):
+    """What an operator's ``release`` writes on the rows it answered."""
+
+    reason: str
+    cause: str  # the SendTaskFailure cause the parent got
+    released_by: str | None = None
+    at: datetime
+
+
 class Resolution(BaseModel):
     """What a waiter learns when its dependency ends."""
 

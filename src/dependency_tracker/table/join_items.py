@@ -24,6 +24,7 @@ from typing import Self
 from pydantic import BaseModel, Field
 
 from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.core.tokens import token_hash
 from dependency_tracker.table.items import DependencyRow, TableItem, join_partition_for
 from dependency_tracker.table.keys import partition_key
 from dependency_tracker.table.prefixes import (
@@ -38,6 +39,9 @@ from dependency_tracker.table.prefixes import (
 # 1,000 write units a second, so one shard counts 500 members a second and four
 # count 2,000 (docs/performance.md, "Joins at scale").
 JOIN_COUNT_SHARDS = 4
+# Task tokens one join row holds: its parent's first send and the sends its Retry made
+# (each token up to 2,048 characters: the row stays far below DynamoDB's 400 KB).
+MAX_JOIN_TOKENS = 25
 
 
 def count_partition_for(join_id: str, shard: int) -> str:
@@ -87,6 +91,35 @@ class JoinItem(DependencyRow):
     parent_execution: str | None = None
     waiter_payload_id: str | None = None
     cycle: list[str] | None = None  # set when the join was refused with DependencyCycle
+    # The same wait sent again by its own parent execution (a Retry of the send): each
+    # later token by its hash. Every token is answered, once; a closed one refuses harmlessly.
+    retry_tokens: dict[str, str] = Field(default_factory=dict)
+    # Token hash -> how that token was answered (SENT:<state>, PARENT_GONE:<code>, RELEASED:..).
+    answered: dict[str, str] = Field(default_factory=dict)
+    # An inline member list's digest: with the quorum and the parent, what makes a send "the
+    # same wait" (a manifest is named by its url and ETag instead).
+    members_digest: str | None = None
+    # Set by an operator's release while no token of the join is left unanswered.
+    released_at: datetime | None = None
+
+    def tokens(self) -> dict[str, str]:
+        """Every task token the join answers, by hash: the first send's, then its retries'."""
+        return {token_hash(self.task_token): self.task_token} | self.retry_tokens
+
+    def holds(self, token: str) -> bool:
+        """Whether ``token`` is one of the join's own (a redelivery of a send it took)."""
+        return token_hash(token) in self.tokens()
+
+    def unanswered(self) -> dict[str, str]:
+        """The tokens not answered yet (``notified_at`` means every token was)."""
+        if self.notified_at is not None:
+            return {}
+        return {key: token for key, token in self.tokens().items() if key not in self.answered}
+
+    @property
+    def waiting(self) -> bool:
+        """A parent still waits on the join: undecided, and not released since its last send."""
+        return self.workflow_state is PayloadState.PROCESSING and self.released_at is None
 
     @property
     def known_total(self) -> int | None:
@@ -187,6 +220,7 @@ __all__ = [
     "COUNT_SHARD_KEY",
     "JOIN_COUNT_SHARDS",
     "JOIN_ROW_KEY",
+    "MAX_JOIN_TOKENS",
     "ChunkItem",
     "CountShardItem",
     "JoinCounts",

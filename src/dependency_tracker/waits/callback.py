@@ -31,7 +31,7 @@ from dependency_tracker.core.tokens import PARENT_GONE_CODES
 from dependency_tracker.joins.outputs import MAX_JOIN_OUTPUT_BYTES
 from dependency_tracker.joins.summary import invalid_join_cause, read_summary
 from dependency_tracker.table.items import MembershipItem, Resolution, WaiterItem
-from dependency_tracker.table.join_items import JoinItem
+from dependency_tracker.table.join_items import MAX_JOIN_TOKENS, JoinItem
 from dependency_tracker.waits.outputs import (
     CALLBACK_OUTPUTS_PREFIX,
     MAX_WAIT_OUTPUT_BYTES,
@@ -142,12 +142,45 @@ class CallbackFlow:
             return CallbackAction.ALREADY_NOTIFIED
         current, resolution = found
         if isinstance(current, JoinItem):
-            action, outcome = self._send_join(current, deadline)
-        elif isinstance(current, WaiterItem):
-            action, outcome = self._send_waiter(current, resolution, deadline)
-        else:
+            return self._notify_join(current, deadline)
+        if not isinstance(current, WaiterItem):
             return CallbackAction.ALREADY_NOTIFIED
-        self._mark(current, outcome)
+        action, outcome = self._send_waiter(current, resolution, deadline)
+        self.dependencies.mark_notified(
+            current.payload_id,
+            current.waiter_id,
+            outcome=outcome,
+            retention_days=self.settings.waiter_retention_days,
+        )
+        return action
+
+    def _notify_join(self, join: JoinItem, deadline: float | None) -> CallbackAction:
+        """Answer every token of a decided join not answered yet, then mark the row told.
+
+        A token added while this runs (the parent's send, retried) makes the
+        final mark fail: the row is read again and the new token answered too.
+        """
+        action = CallbackAction.ALREADY_NOTIFIED
+        outcome = join.notify_outcome or ""
+        answer: tuple[DependencyError | None, str] | None = None
+        for _ in range(MAX_JOIN_TOKENS + 1):
+            pending = join.unanswered()
+            if pending and answer is None:
+                answer = self._join_answer(join)
+            for token in pending.values():
+                assert answer is not None  # noqa: S101  (built just above)
+                sent, outcome = self._send_join(token, join.workflow_state, answer, deadline)
+                self.joins.mark_answered(join.join_id, token, outcome)
+                if sent is CallbackAction.SENT or action is CallbackAction.ALREADY_NOTIFIED:
+                    action = sent
+            if self.joins.finish_answering(
+                join, outcome=outcome, retention_days=self.settings.waiter_retention_days
+            ):
+                return action
+            current = self.joins.get(join.join_id)
+            if current is None or current.notified_at is not None:
+                return action
+            join = current
         return action
 
     def _record_membership(self, image: MembershipItem) -> CallbackAction:
@@ -161,16 +194,6 @@ class CallbackFlow:
         if not self.counting.record(current, current.resolution):
             return CallbackAction.ALREADY_NOTIFIED
         return CallbackAction.RECORDED
-
-    def _mark(self, row: Row, outcome: str) -> None:
-        self.dependencies.mark_notified(
-            row.payload_id,
-            row.waiter_id,
-            outcome=outcome,
-            retention_days=self.settings.waiter_retention_days,
-            # The token told: a join adopted by a retried parent meanwhile is told again.
-            task_token=row.task_token if isinstance(row, JoinItem) else None,
-        )
 
     def _send_waiter(
         self, waiter: WaiterItem, resolution: Resolution, deadline: float | None
@@ -220,21 +243,29 @@ class CallbackFlow:
             limit=MAX_JOIN_OUTPUT_BYTES,
         )
 
-    def _send_join(self, join: JoinItem, deadline: float | None) -> tuple[CallbackAction, str]:
+    def _join_answer(self, join: JoinItem) -> tuple[DependencyError | None, str]:
+        """What every token of a decided join hears: (error or None, output or cause)."""
         error = DependencyError(join.error) if join.error else DependencyError.QUORUM_UNREACHABLE
         if error is DependencyError.INVALID_JOIN:
             # Decided while registering (a bad manifest chunk, a quorum over n): the
             # reason is the news, not the members.
-            cause = invalid_join_cause(join)
-            return self._send(
-                join.task_token, join.workflow_state, deadline=deadline, error=error, cause=cause
-            )
+            return error, invalid_join_cause(join)
         text = self.join_output(join)
         if join.workflow_state is PayloadState.SUCCEEDED:
-            return self._send(join.task_token, join.workflow_state, deadline=deadline, output=text)
-        return self._send(
-            join.task_token, join.workflow_state, deadline=deadline, error=error, cause=text
-        )
+            return None, text
+        return error, text
+
+    def _send_join(
+        self,
+        token: str,
+        state: PayloadState,
+        answer: tuple[DependencyError | None, str],
+        deadline: float | None,
+    ) -> tuple[CallbackAction, str]:
+        error, text = answer
+        if error is None:
+            return self._send(token, state, deadline=deadline, output=text)
+        return self._send(token, state, deadline=deadline, error=error, cause=text)
 
     def _bounded(
         self, full: str, *, key: str, reference: Callable[[str | None], str], limit: int

@@ -229,7 +229,7 @@ class ProcessFlow:
         An already decided join was answered before: True, nothing more to do.
         """
         join = self.dependencies.get_join(join_id)
-        if join is None or (token is not None and join.task_token != token):
+        if join is None or (token is not None and not join.holds(token)):
             return False
         cause = redact_tokens(cause, join.task_token)
         if self.joins.joins.decide_join(

@@ -13,35 +13,35 @@ refuses harmlessly (the token is closed).
 
 import sys
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum, unique
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from botocore.exceptions import BotoCoreError, ClientError
 from rich.table import Table
 
 from dependency_tracker.core.backoff import error_code
-from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
+from dependency_tracker.core.enums import DependencyError, utcnow
 from dependency_tracker.core.errors import DependencyTrackerError, PayloadNotFoundError
 from dependency_tracker.core.limits import SFN_MAX_CAUSE_CHARS
 from dependency_tracker.core.settings import Settings
 from dependency_tracker.core.text import clip, fit_json
-from dependency_tracker.core.tokens import PARENT_GONE_CODES, redact_token
-from dependency_tracker.table.dependency_table import MAX_REFUSAL_CAUSE_CHARS, DependencyTable
-from dependency_tracker.table.dynamodb import update_if, values
-from dependency_tracker.table.items import MembershipItem, WaiterItem, key_attributes
+from dependency_tracker.core.tokens import PARENT_GONE_CODES, PARENT_GONE_OUTCOME, redact_token
+from dependency_tracker.table.dependency_table import DependencyTable
+from dependency_tracker.table.items import MembershipItem, ReleaseMark, WaiterItem
 from dependency_tracker.table.join_items import JoinItem
-from dependency_tracker.table.rows import Row, is_bookkeeping_item, row_from_item
 from dependency_tracker_cli import render
 from dependency_tracker_cli.options import Json, aws_command
 from dependency_tracker_cli.target import Target
 from dependency_tracker_cli.waitgraph import execution_label
 
+if TYPE_CHECKING:
+    from dependency_tracker.table.rows import Row
+
 # What ``notify_outcome`` starts with on a released row (the callback flow writes
 # ``SENT:<state>`` and ``PARENT_GONE:<code>``).
 RELEASED_OUTCOME = "RELEASED"
-_GONE_OUTCOME = "PARENT_GONE:"
 # The reason as it is kept in ``notify_outcome`` (shown by ``waiters``): one short line.
 _OUTCOME_REASON_CHARS = 200
 # The reason in the cause: the operator's text, long enough for a ticket and a sentence.
@@ -170,9 +170,7 @@ def release(
         _confirm(what, len(pending))
     now = utcnow()
     released_by = None if dry_run or not pending else _caller(target)
-    releaser = Releaser(
-        target.dependencies, target.client("stepfunctions"), released_by=released_by, now=now
-    )
+    releaser = Releaser(target, released_by=released_by, now=now)
     for item in releases:
         releaser.run(item, reason=reason, dry_run=dry_run)
     _show(what, releases, reason=reason, dry_run=dry_run, json_output=json_output)
@@ -228,29 +226,16 @@ def _waits_on(dependencies: DependencyTable, payload_id: str) -> list[Release]:
 
 
 def _rows_of_parent(dependencies: DependencyTable, arn: str) -> list[WaiterItem | JoinItem]:
-    """Waiter and join rows that name ``arn`` as their parent: a filtered ``Scan``.
+    """Waiter and join rows that name ``arn`` as their parent (a filtered ``Scan``).
 
     No index reads rows by parent; an operator tool may scan, as ``graph`` does.
     """
-    scan: dict[str, Any] = {
-        "TableName": dependencies.table_name,
-        "ConsistentRead": True,
-        "FilterExpression": "parent_execution = :arn",
-        "ExpressionAttributeValues": values(arn=arn),
-    }
-    found: list[WaiterItem | JoinItem] = []
-    while True:
-        response = dependencies.client.scan(**scan)
-        for item in response.get("Items", []):
-            if is_bookkeeping_item(item):
-                continue
-            row = row_from_item(item)
-            if isinstance(row, WaiterItem | JoinItem):
-                found.append(row)
-        last = response.get("LastEvaluatedKey")
-        if not last:
-            break
-        scan["ExclusiveStartKey"] = last
+    found = [
+        row
+        for page in dependencies.scan_pages(parent_execution=arn)
+        for row in page
+        if isinstance(row, WaiterItem | JoinItem)
+    ]
     found.sort(key=lambda row: (row.created_at, row.payload_id))
     return found
 
@@ -288,13 +273,12 @@ def release_cause(
 
 
 class Releaser:
-    """Sends ``DependencyReleased`` to each row's token and marks the row told."""
+    """Sends ``DependencyReleased`` to each row's tokens and marks them answered."""
 
-    def __init__(
-        self, dependencies: DependencyTable, sfn: Any, *, released_by: str | None, now: datetime
-    ) -> None:
-        self.dependencies = dependencies
-        self.sfn = sfn
+    def __init__(self, target: Target, *, released_by: str | None, now: datetime) -> None:
+        self.dependencies = target.dependencies
+        self.joins = target.joins
+        self.sfn = target.client("stepfunctions")
         self.released_by = released_by
         self.now = now
         # Parents this run failed: their other tokens closed with them.
@@ -306,121 +290,111 @@ class Releaser:
         if row.notified_at is not None:
             _answered(item, row)
             return
+        if isinstance(row, JoinItem) and not row.unanswered():
+            _answered(item, row)
+            return
         item.cause = release_cause(
             row, reason=reason, released_by=self.released_by, released_at=self.now
         )
         if dry_run:
             item.outcome = Outcome.WOULD_RELEASE
             return
+        mark = ReleaseMark(
+            reason=clip(reason, MAX_REASON_CHARS) or reason,
+            cause=item.cause,
+            released_by=self.released_by,
+            at=self.now,
+        )
+        if isinstance(row, JoinItem):
+            self._release_join(item, row, mark)
+            return
+        code = self._fail(row.task_token, item.cause)
+        if code is not None:
+            self._closed(item, code, mark)
+            return
+        if row.parent_execution:
+            self.failed_parents.add(row.parent_execution)
+        self._mark(item, mark)
+
+    def _fail(self, token: str, cause: str) -> str | None:
+        """``SendTaskFailure``; the code when the token had closed, else None."""
         try:
             self.sfn.send_task_failure(
-                taskToken=row.task_token, error=DependencyError.RELEASED.value, cause=item.cause
+                taskToken=token, error=DependencyError.RELEASED.value, cause=cause
             )
         except ClientError as exc:
             code = error_code(exc)
             if code not in PARENT_GONE_CODES:
                 raise
-            self._closed(item, code, reason)
-            return
-        if row.parent_execution:
-            self.failed_parents.add(row.parent_execution)
-        self._mark(item, reason)
+            return code
+        return None
 
-    def _closed(self, item: Release, code: str, reason: str) -> None:
+    def _release_join(self, item: Release, join: JoinItem, mark: ReleaseMark) -> None:
+        """Fail each token of the join not answered yet; a token added meanwhile waits on.
+
+        A retried parent's send may add a token at any moment: it is not one this
+        release read, so it is neither failed nor marked, and the tracker answers
+        it when the join is decided.
+        """
+        outcome = _outcome_of(mark.reason)
+        released, closed = 0, []
+        for token in join.unanswered().values():
+            code = self._fail(token, mark.cause)
+            if code is not None:
+                closed.append(code)
+                continue
+            released += 1
+            self.joins.mark_answered(join.join_id, token, outcome, over_gone=True)
+        if released and join.parent_execution:
+            self.failed_parents.add(join.parent_execution)
+        if released:
+            self.joins.mark_released(join, mark, outcome=outcome)
+            item.outcome = Outcome.RELEASED
+            return
+        current = self.joins.get(join.join_id)
+        if current is not None and (current.notified_at is not None or current.answered):
+            _answered(item, current)
+            return
+        item.outcome, item.detail = Outcome.TOKEN_CLOSED, ", ".join(closed)
+
+    def _closed(self, item: Release, code: str, mark: ReleaseMark) -> None:
         """The token was closed: answered by the tracker meanwhile, or the parent ended."""
         current = self.dependencies.get_row(item.row.payload_id, item.row.waiter_id)
-        if isinstance(current, WaiterItem | JoinItem) and current.notified_at is not None:
+        if isinstance(current, WaiterItem) and current.notified_at is not None:
             _answered(item, current)
             return
         parent = item.row.parent_execution
         if parent is not None and parent in self.failed_parents:
             # An earlier token of this parent failed it: this wait ended with it.
-            self._mark(item, reason, note=f"its parent had already failed ({code})")
+            self._mark(item, mark, note=f"its parent had already failed ({code})")
             return
         item.outcome, item.detail = Outcome.TOKEN_CLOSED, code
 
-    def _mark(self, item: Release, reason: str, *, note: str | None = None) -> None:
-        """Mark the row told and released; a row the tracker told meanwhile is reported."""
+    def _mark(self, item: Release, mark: ReleaseMark, *, note: str | None = None) -> None:
+        """Mark the waiter told and released; a row the tracker told meanwhile is reported."""
         row: Row | None = item.row
+        retention = Settings.model_fields["waiter_retention_days"].default
         for _ in range(_MARK_ATTEMPTS):
-            if not isinstance(row, WaiterItem | JoinItem):
+            if not isinstance(row, WaiterItem):
                 break
             if row.notified_at is not None and not (row.notify_outcome or "").startswith(
-                _GONE_OUTCOME
+                PARENT_GONE_OUTCOME
             ):
                 _answered(item, row)
                 return
-            if self._update(row, reason, item.cause or ""):
+            if self.dependencies.mark_released(
+                row, outcome=_outcome_of(mark.reason), release=mark, retention_days=retention
+            ):
                 item.outcome, item.detail = Outcome.RELEASED, note
                 return
             row = self.dependencies.get_row(item.row.payload_id, item.row.waiter_id)
         # Sent, so released; the row could not be marked (changed again and again, or gone).
         item.outcome, item.detail = Outcome.RELEASED, "the row could not be marked"
 
-    def _update(self, row: WaiterItem | JoinItem, reason: str, cause: str) -> bool:
-        """One conditional write: told, released, and (a waiter still waiting) ``ABORTED``.
 
-        It holds only if the row is as read: same token, same state, not told, or
-        told only that its parent was gone (the tracker's answer after this release,
-        refused because this release had closed the token).
-        """
-        retention = Settings.model_fields["waiter_retention_days"].default
-        expires = int((self.now + timedelta(days=retention)).timestamp())
-        outcome = f"{RELEASED_OUTCOME}:{render.one_line(reason, _OUTCOME_REASON_CHARS)}"
-        sets = [
-            "notified_at = :now",
-            "notify_outcome = :outcome",
-            "expiration_time = :expires",
-            "updated_at = :now",
-            "released_at = :now",
-            "release_reason = :reason",
-        ]
-        plain: dict[str, object] = {
-            "now": self.now,
-            "outcome": outcome,
-            "expires": expires,
-            "reason": clip(reason, MAX_REASON_CHARS),
-            "token": row.task_token,
-            "seen": row.workflow_state.value,
-            "gone": _GONE_OUTCOME,
-        }
-        names: dict[str, str] = {}
-        if self.released_by is not None:
-            sets.append("released_by = :by")
-            plain["by"] = self.released_by
-        if isinstance(row, WaiterItem) and row.workflow_state is PayloadState.PROCESSING:
-            # The wait is over: its edge stops counting for the cycle check, and a
-            # late resolution of the payload leaves the row as the release left it.
-            # A join row stays PROCESSING: a retried parent may take it over and wait on.
-            sets += [
-                "workflow_state = :aborted",
-                "error_name = :error",
-                "#error = :error",
-                "#cause = :cause",
-                "resolved_at = :now",
-            ]
-            names |= {"#error": "error", "#cause": "cause"}
-            plain |= {
-                "aborted": PayloadState.ABORTED.value,
-                "error": DependencyError.RELEASED.value,
-                "cause": clip(cause, MAX_REFUSAL_CAUSE_CHARS),
-            }
-        extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
-        return (
-            update_if(
-                self.dependencies.client,
-                TableName=self.dependencies.table_name,
-                Key=key_attributes(payload_id=row.payload_id, waiter_id=row.waiter_id),
-                UpdateExpression="SET " + ", ".join(sets),
-                ConditionExpression=(
-                    "task_token = :token AND workflow_state = :seen AND "
-                    "(attribute_not_exists(notified_at) OR begins_with(notify_outcome, :gone))"
-                ),
-                ExpressionAttributeValues=values(**plain),
-                **extra,
-            )
-            is not None
-        )
+def _outcome_of(reason: str) -> str:
+    """``notify_outcome`` of a released row (``waiters`` shows it): one short line."""
+    return f"{RELEASED_OUTCOME}:{render.one_line(reason, _OUTCOME_REASON_CHARS)}"
 
 
 def _answered(item: Release, row: WaiterItem | JoinItem) -> None:

@@ -11,7 +11,6 @@ from rich.table import Table
 from dependency_tracker.core.enums import utcnow
 from dependency_tracker.core.errors import PayloadNotFoundError
 from dependency_tracker.core.tokens import redact_token
-from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.table.items import MembershipItem, WaiterItem
 from dependency_tracker.table.join_items import JoinItem
 from dependency_tracker_cli import render
@@ -52,7 +51,7 @@ def waiters(
     views: list[dict[str, Any]] = []
     joins: dict[str, JoinItem | None] = {}
     counts: dict[str, tuple[int, int]] = {}
-    join_store = JoinStore(target.dependencies.client, target.dependencies.table_name)
+    join_store = target.joins
     for row in target.dependencies.rows(payload_id):
         if isinstance(row, WaiterItem):
             views.append(_waiter_view(row))
@@ -136,8 +135,9 @@ def _membership_view(
         "replayed": row.replayed,
         "error": row.error,
         "cause": row.cause,
-        "notified": join is not None and join.notified_at is not None,
-        "notified_at": None if join is None else join.notified_at,
+        # Every token the join holds answered (told, or released by an operator).
+        "notified": join is not None and not join.unanswered(),
+        "notified_at": None if join is None else (join.notified_at or join.released_at),
         "notify_outcome": None if join is None else join.notify_outcome,
     }
     if join is not None:

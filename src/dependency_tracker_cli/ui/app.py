@@ -21,7 +21,6 @@ from flask import Flask, Response, abort, render_template, request, url_for
 from markupsafe import Markup
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-from dependency_tracker.joins.store import JoinStore
 from dependency_tracker_cli.ui import views
 from dependency_tracker_cli.ui.snapshots import Read, SnapshotCache
 from dependency_tracker_cli.ui.svg import to_svg
@@ -75,7 +74,7 @@ def create_app(target: Target, settings: Settings | None = None) -> Flask:
 
     @app.get("/join/<path:join_id>")
     def join(join_id: str) -> str:
-        store = JoinStore(target.client("dynamodb"), target.names.dependency_table)
+        store = target.joins
         row, succeeded, failed = store.read(join_id)
         if row is None:
             abort(404)

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from urllib.parse import quote
 
 from dependency_tracker.core.enums import utcnow
-from dependency_tracker.joins.store import JoinStore
 from dependency_tracker_cli.readmodel import PageRequest, PayloadFilter, PayloadView
 from dependency_tracker_cli.waitgraph import (
     JOIN,
@@ -212,7 +211,7 @@ def join_ids(graph: WaitGraph) -> list[str]:
 
 def join_progress(target: Target, ids: Sequence[str]) -> list[JoinProgress]:
     """Progress of the joins ``ids`` (one consistent read of each join's row and counts)."""
-    store = JoinStore(target.client("dynamodb"), target.names.dependency_table)
+    store = target.joins
     found: list[JoinProgress] = []
     for join_id in ids:
         row, succeeded, failed = store.read(join_id)

@@ -477,6 +477,10 @@ def test_a_join_is_released_once_by_its_join_row(aws: Aws, sfn: CliSfn, parents:
     assert (cause["payload_id"], cause["join_id"]) == ("join#j1", "j1")
     after = stored(aws, row)
     assert after.notify_outcome == "RELEASED:r"
+    assert isinstance(after, JoinItem)
+    assert list(after.answered.values()) == ["RELEASED:r"]
+    assert after.released_at is not None
+    assert not after.waiting
     # AND the join stays PROCESSING (a retried parent may take it over), members untouched
     assert after.workflow_state is PayloadState.PROCESSING
     assert all(aws.dependencies.get_row(m.payload_id, m.waiter_id) == m for m in members)

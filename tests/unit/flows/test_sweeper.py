@@ -48,6 +48,8 @@ class Parents:
     accepted: Counter[str] = field(default_factory=Counter)
     refused: Counter[str] = field(default_factory=Counter)
     on_send: Callable[[], None] | None = None  # what a send costs (time, in budget tests)
+    closed: set[str] = field(default_factory=set)  # tasks that timed out before any answer
+    sent: list[tuple[str, str]] = field(default_factory=list)  # (token, operation) accepted
 
     def answer(self, params: dict[str, Any], model: Any) -> tuple[AWSResponse, Any] | None:
         if model.name not in SEND_OPERATIONS:
@@ -55,7 +57,7 @@ class Parents:
         token = json.loads(params["body"])["taskToken"]
         if self.on_send is not None:
             self.on_send()
-        if self.accepted[token]:
+        if self.accepted[token] or token in self.closed:
             self.refused[token] += 1
             error = {
                 "Error": {"Code": "InvalidToken", "Message": "Invalid Token"},
@@ -63,6 +65,7 @@ class Parents:
             }
             return AWSResponse("https://states.invalid/", 400, HTTPHeaders(), None), error
         self.accepted[token] += 1
+        self.sent.append((token, model.name))
         return AWSResponse("https://states.invalid/", 200, HTTPHeaders(), None), {}
 
     def __call__(self, params: dict[str, Any], model: Any, **_: Any) -> Any:

@@ -16,7 +16,7 @@ from dependency_tracker.table.items import (
     Resolution,
     join_partition_for,
 )
-from dependency_tracker.table.join_items import JoinItem
+from dependency_tracker.table.join_items import MAX_JOIN_TOKENS, JoinItem
 
 if TYPE_CHECKING:
     from tests.conftest import Aws
@@ -102,42 +102,92 @@ def decided_join(aws: Aws, store: JoinStore, token: str) -> None:
     store.decide_join("adopt", PayloadState.SUCCEEDED)
 
 
-def test_a_join_passes_to_a_new_token_only_from_the_token_that_holds_it(aws: Aws) -> None:
+def test_a_join_keeps_every_token_of_its_wait_each_once(aws: Aws) -> None:
     store = JoinStore(aws.dynamodb, aws.dependencies.table_name)
     decided_join(aws, store, "first")
-    assert not store.adopt("adopt", old_token="someone-else", new_token="second")
-    assert store.adopt("adopt", old_token="first", new_token="second")
+    assert not store.add_token("adopt", "first")  # the first send's own token
+    assert store.add_token("adopt", "second")
+    assert not store.add_token("adopt", "second")  # a redelivery of the retried send
     join = store.get("adopt")
     assert join is not None
-    assert join.task_token == "second"
+    assert join.task_token == "first"  # never handed from one token to another
+    assert set(join.tokens().values()) == {"first", "second"}
+    assert join.holds("first")
+    assert join.holds("second")
 
 
-def test_a_join_told_to_a_token_it_no_longer_holds_stays_untold(aws: Aws) -> None:
-    # GIVEN a decided join whose callback read the first token, then the join was adopted
+def test_a_join_holds_at_most_max_join_tokens(aws: Aws) -> None:
+    store = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    decided_join(aws, store, "t0")
+    added = [store.add_token("adopt", f"t{index}") for index in range(1, MAX_JOIN_TOKENS + 3)]
+    assert added.count(True) == MAX_JOIN_TOKENS - 1
+    join = store.get("adopt")
+    assert join is not None
+    assert len(join.tokens()) == MAX_JOIN_TOKENS
+
+
+def test_a_row_is_told_only_once_every_token_it_holds_is_answered(aws: Aws) -> None:
+    # GIVEN a decided join whose callback read it with one token, then a retried send added one
     store = JoinStore(aws.dynamodb, aws.dependencies.table_name)
     decided_join(aws, store, "first")
-    key = (join_partition_for("adopt"), JOIN_ROW_KEY)
-    assert store.adopt("adopt", old_token="first", new_token="second")
-    # WHEN the callback marks the row told, for the token it told
-    told = aws.dependencies.mark_notified(
-        *key, outcome="PARENT_GONE", retention_days=1, task_token="first"
-    )
-    # THEN the row stays un-notified: the adoption's stream record tells the new token
-    assert not told
-    row = aws.dependencies.get_row(*key)
-    assert row is not None
-    assert row.notified_at is None
-    assert aws.dependencies.mark_notified(
-        *key, outcome="SENT", retention_days=1, task_token="second"
-    )
+    read = store.get("adopt")
+    assert read is not None
+    assert store.mark_answered("adopt", "first", "SENT:SUCCEEDED")
+    assert store.add_token("adopt", "second")
+    # WHEN the callback marks the row told for the tokens it read
+    # THEN the mark is refused: the new token is still to answer, and only it
+    assert not store.finish_answering(read, outcome="SENT:SUCCEEDED", retention_days=1)
+    current = store.get("adopt")
+    assert current is not None
+    assert list(current.unanswered().values()) == ["second"]
+    assert store.mark_answered("adopt", "second", "SENT:SUCCEEDED")
+    assert not store.mark_answered("adopt", "second", "PARENT_GONE:TaskTimedOut")
+    assert store.finish_answering(current, outcome="SENT:SUCCEEDED", retention_days=1)
+    told = store.get("adopt")
+    assert told is not None
+    assert told.notified_at is not None
+    assert told.unanswered() == {}
 
 
-def test_adopting_a_join_told_already_makes_it_untold_for_the_new_token(aws: Aws) -> None:
+def test_a_token_added_to_a_told_join_makes_it_untold_for_that_token_alone(aws: Aws) -> None:
     store = JoinStore(aws.dynamodb, aws.dependencies.table_name)
     decided_join(aws, store, "first")
-    key = (join_partition_for("adopt"), JOIN_ROW_KEY)
-    assert aws.dependencies.mark_notified(*key, outcome="PARENT_GONE", retention_days=1)
-    assert store.adopt("adopt", old_token="first", new_token="second")
-    row = aws.dependencies.get_row(*key)
+    join = store.get("adopt")
+    assert join is not None
+    assert store.mark_answered("adopt", "first", "PARENT_GONE:TaskTimedOut")
+    assert store.finish_answering(join, outcome="PARENT_GONE:TaskTimedOut", retention_days=1)
+    assert store.add_token("adopt", "second")
+    row = store.get("adopt")
     assert row is not None
     assert (row.notified_at, row.workflow_state) == (None, PayloadState.SUCCEEDED)
+    assert list(row.unanswered().values()) == ["second"]
+
+
+def test_a_release_may_replace_a_parent_gone_answer_but_not_a_sent_one(aws: Aws) -> None:
+    store = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    decided_join(aws, store, "first")
+    assert store.add_token("adopt", "second")
+    assert store.mark_answered("adopt", "first", "PARENT_GONE:TaskTimedOut")
+    assert store.mark_answered("adopt", "first", "RELEASED:x", over_gone=True)
+    assert store.mark_answered("adopt", "second", "SENT:SUCCEEDED")
+    assert not store.mark_answered("adopt", "second", "RELEASED:x", over_gone=True)
+    join = store.get("adopt")
+    assert join is not None
+    assert sorted(join.answered.values()) == ["RELEASED:x", "SENT:SUCCEEDED"]
+
+
+def test_a_row_written_before_the_token_maps_gets_them(aws: Aws) -> None:
+    # A join row from before this release: no retry_tokens, no answered attribute.
+    store = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    decided_join(aws, store, "first")
+    key = {"payload_id": {"S": join_partition_for("adopt")}, "waiter_id": {"S": JOIN_ROW_KEY}}
+    aws.dynamodb.update_item(
+        TableName=aws.dependencies.table_name,
+        Key=key,
+        UpdateExpression="REMOVE retry_tokens, answered",
+    )
+    assert store.add_token("adopt", "second")
+    assert store.mark_answered("adopt", "first", "SENT:SUCCEEDED")
+    join = store.get("adopt")
+    assert join is not None
+    assert list(join.unanswered().values()) == ["second"]
