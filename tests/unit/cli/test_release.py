@@ -19,9 +19,11 @@ from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.errors import PayloadNotFoundError
 from dependency_tracker.core.limits import SFN_MAX_CAUSE_CHARS
 from dependency_tracker.core.tokens import redact_token
+from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker.table.items import Resolution, WaiterItem, waiter_id_for
 from dependency_tracker.table.join_items import JoinItem
 from dependency_tracker.waits.callback import CallbackAction
+from dependency_tracker.waits.process import ProcessAction
 from dependency_tracker_cli.__main__ import app
 from dependency_tracker_cli.commands.release import NOTHING_RELEASED_EXIT, AmbiguousWaiterError
 from dependency_tracker_cli.target import Target
@@ -572,3 +574,65 @@ def test_an_empty_reason_is_refused_and_nothing_is_sent(
     result = release(DEP, "--reason", "   ", "--yes")
     assert result.exit_code == 2, result.output
     assert sfn.requests == []
+
+
+def test_a_token_a_retried_send_adds_during_a_release_keeps_waiting_and_is_answered(
+    aws: Aws, sfn: CliSfn, parents: Parents
+) -> None:
+    # GIVEN a join held by its parent's first token
+    first, retried = parents.wait("p-1"), parents.wait("p-2")
+    row, members = join("j1", [payload_id("m1"), payload_id("m2")])
+    row = holding(row, first)
+    assert aws.dependencies.register(row)
+    for member in members:
+        assert aws.dependencies.register(member)
+    joins = aws.app().joins
+
+    def retry_adds_its_token(token: str) -> None:
+        if token == first.token:  # between the release's send and its mark
+            assert joins.add_token("j1", retried.token)
+
+    sfn.after_send = retry_adds_its_token
+    # WHEN the join is released while the parent's retried send adds its token
+    result = release(first.execution, "--reason", "r", "--yes")
+    # THEN the first token is failed and marked; the new one is neither
+    assert result.exit_code == 0, result.output
+    assert sfn.tokens == [first.token]
+    parents.released(first)
+    after = stored(aws, row)
+    assert isinstance(after, JoinItem)
+    assert list(after.answered.values()) == ["RELEASED:r"]
+    assert list(after.unanswered().values()) == [retried.token]
+    assert after.released_at is None  # it waits again: it counts for cycles, stuck, the page
+    assert after.waiting
+    # AND once the join is decided, the tracker answers the new token with its outcome
+    assert joins.decide_join("j1", PayloadState.SUCCEEDED)
+    decided = stored(aws, row)
+    assert aws.app().callback.handle(decided) is CallbackAction.SENT
+    assert parents.ended(retried)["status"] == "SUCCEEDED"
+    told = stored(aws, row)
+    assert told.notified_at is not None
+
+
+@pytest.mark.usefixtures("workflows")
+def test_a_released_join_is_no_longer_a_wait_for_the_cycle_check(
+    aws: Aws, sfn: CliSfn, parents: Parents
+) -> None:
+    # GIVEN payload X (running) whose parent joins on {m1, m2}, the join then released
+    wait = parents.wait("p-1")
+    x = payload_id("x")
+    aws.states.claim(ProcessPayload.model_validate(payload("x")), None)
+    spec = {"task_token": wait.token, "waiter_payload_id": x, "parent_execution": wait.execution}
+    process = aws.app().process
+    body = json.dumps({"join": spec, "payloads": [payload("m1"), payload("m2")]})
+    assert process.handle(process.parse(body, message_id="m-join")) is ProcessAction.JOINED
+    assert release(wait.execution, "--reason", "r", "--yes").exit_code == 0
+    # WHEN member m1 (running) waits on X
+    callback = {"task_token": "token-m1", "waiter_payload_id": payload_id("m1")}
+    body = json.dumps({**payload("x"), "callback": callback})
+    action = process.handle(process.parse(body, message_id="m-wait"))
+    # THEN it is no cycle: nothing waits on m1 any more
+    assert action is not ProcessAction.REFUSED
+    waiter_row = aws.dependencies.get(x, waiter_id_for("token-m1"))
+    assert waiter_row is not None
+    assert waiter_row.error_name is not DependencyError.CYCLE
