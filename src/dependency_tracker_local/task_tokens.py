@@ -223,11 +223,22 @@ def _answer_once(original: Callable[..., bool]) -> Callable[..., bool]:
 
 
 def _beat_while_open(original: Callable[..., bool]) -> Callable[..., bool]:
+    """A heartbeat on an open callback task is taken, ``HeartbeatSeconds`` or not.
+
+    AWS documents ``SendTaskHeartbeat`` for every callback-pattern Task and
+    refuses it only for a closed or unknown task; moto answers ``InvalidToken``
+    for an open task without ``HeartbeatSeconds`` (it has no heartbeat clock).
+    """
+
     @functools.wraps(original)
     def heartbeat(self: CallbackPoolManager, callback_id: str) -> bool:
         if not _active():
             return original(self, callback_id)
         with _closing:
+            endpoint = self.get(callback_id)
+            if endpoint is not None and endpoint.consumer_error is None:
+                if not getattr(endpoint, "_heartbeat_endpoint", None):
+                    return True  # no heartbeat clock to reset: the task stays open
             return original(self, callback_id)
 
     return heartbeat

@@ -211,3 +211,20 @@ def test_a_retried_callback_task_waits_on_a_token_of_its_own(moto: Callbacks) ->
         moto.sfn.send_task_success(taskToken=second, output='{"done": true}')
         described = moto.ended(execution)
     assert (described["status"], json.loads(described["output"])) == ("SUCCEEDED", {"done": True})
+
+
+def test_a_heartbeat_on_an_open_task_without_heartbeat_seconds_is_taken(moto: Callbacks) -> None:
+    # GIVEN moto alone: an open callback task with no HeartbeatSeconds refuses a heartbeat
+    execution = moto.start(moto.machine("open-alone", {"End": True}, {}))
+    token = moto.token()
+    assert code_of(lambda: moto.sfn.send_task_heartbeat(taskToken=token)) == "InvalidToken"
+    moto.sfn.stop_execution(executionArn=execution)
+    # WHEN the layer is on THEN it is taken, as AWS takes one for any open callback task
+    with strict_limits():
+        execution = moto.start(moto.machine("open-strict", {"End": True}, {}))
+        token = moto.token()
+        assert code_of(lambda: moto.sfn.send_task_heartbeat(taskToken=token)) is None
+        assert moto.status(execution) == "RUNNING"
+        moto.sfn.send_task_success(taskToken=token, output="{}")
+        assert moto.ended(execution)["status"] == "SUCCEEDED"
+        assert code_of(lambda: moto.sfn.send_task_heartbeat(taskToken=token)) == "TaskTimedOut"

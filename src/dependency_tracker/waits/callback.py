@@ -161,7 +161,9 @@ class CallbackFlow:
         final mark fail: the row is read again and the new token answered too.
         """
         action = CallbackAction.ALREADY_NOTIFIED
-        outcome = join.notify_outcome or ""
+        # Every token answered already (a delivery died before its final mark): the row
+        # records one of their answers, a SENT one first.
+        outcome = max(join.answered.values(), key=lambda told: told.startswith("SENT:"), default="")
         answer: tuple[DependencyError | None, str] | None = None
         for _ in range(MAX_JOIN_TOKENS + 1):
             pending = join.unanswered()

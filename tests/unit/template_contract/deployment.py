@@ -184,6 +184,9 @@ class Deployment:
                 execution = item["parent_execution"]["S"]
                 machine = execution.replace(":execution:", ":stateMachine:").rpartition(":")[0]
                 parents[item["task_token"]["S"]] = machine
+                # A join's later sends by the same parent: their tokens are its own too.
+                for token in item.get("retry_tokens", {}).get("M", {}).values():
+                    parents[token["S"]] = machine
         return parents
 
 

@@ -69,7 +69,7 @@ def untaken_paths(bucket: str, parent_map: str, parent_join: str) -> list[tuple[
         },
         "payloads": [simulated("a")],
     }
-    # the same join sent again by its parent's retry (a new token; the first one's task closed)
+    # the same join sent again by its parent's retry (a new token: it joins the wait)
     retried = {**join, "join": {**join["join"], "task_token": "join-token-2"}}
     lost = {
         "join": {"task_token": "lost-join", "quorum": 1, "parent_execution": parent_join},
@@ -142,7 +142,8 @@ def sweep_lost_callbacks(deployment: Deployment, resume_after: str) -> dict[str,
         deployment.dynamodb.update_item(
             TableName=table,
             Key=key,
-            UpdateExpression="SET resolved_at = :old REMOVE notified_at",
+            # A lost record: no token of the row was answered (a join records each).
+            UpdateExpression="SET resolved_at = :old REMOVE notified_at, answered",
             ExpressionAttributeValues={":old": {"S": "2000-01-01T00:00:00+00:00"}},
         )
     deployment.s3.put_object(
@@ -245,8 +246,6 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(
     parents = deployment.parents_by_token()
     # an invalid message keeps no parent; this token came from a wait-for-dependencies
     parents["bad"] = stack.physical("WaitForDependenciesStateMachine").ref
-    # the retried join's first token, whose row now holds the second: a wait-for-join's
-    parents["join-token"] = parents["join-token-2"]
     assert denied_calls(stack, calls, parents) == []
     # AND every grant was needed: each (action, resource) of each statement was called
     # (the Lambda-service statements serve the event source mapping, log delivery, failure
