@@ -236,9 +236,12 @@ def _beat_while_open(original: Callable[..., bool]) -> Callable[..., bool]:
             return original(self, callback_id)
         with _closing:
             endpoint = self.get(callback_id)
-            if endpoint is not None and endpoint.consumer_error is None:
-                if not getattr(endpoint, "_heartbeat_endpoint", None):
-                    return True  # no heartbeat clock to reset: the task stays open
+            if (
+                endpoint is not None
+                and endpoint.consumer_error is None
+                and not getattr(endpoint, "_heartbeat_endpoint", None)
+            ):
+                return True  # no heartbeat clock to reset: the task stays open
             return original(self, callback_id)
 
     return heartbeat
