@@ -224,3 +224,40 @@ def test_payloads_with_long_ids_waiting_on_each_other_are_refused(stack: LocalSt
         f"waiting would close a dependency cycle: {b_body['payload_id']} -> {a_id} -> "
         f"{b_body['payload_id']}"
     )
+
+
+def failing(payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` with its ``simulate`` step failing."""
+    step = {"workflow": CHILD, "tasks": {"simulate": {"seconds": 0, "outcome": "fail"}}}
+    return {**payload, "process": [step]}
+
+
+def test_a_join_names_its_long_duplicates_by_their_real_ids(stack: LocalStack) -> None:
+    # GIVEN a join over two payloads whose ids are over 2,048 bytes, each listed twice
+    a, b = mosaic("dup-a", 2_600), mosaic("dup-b", 4_000)
+    # WHEN the parent waits on both and they succeed
+    described = finished(
+        stack, start(stack, "wait-for-join", "long-duplicates", dependencies=[a, b, a, b])
+    )
+    assert described["status"] == "SUCCEEDED", described.get("error")
+    summary = json.loads(described["output"])["join"]
+    # THEN the parent's output names the real ids, the duplicates too (not prefix#sha256:...)
+    assert summary["succeeded"] == [id_of(a), id_of(b)]
+    assert summary["duplicates"] == [id_of(a), id_of(b)]
+    assert (summary["total"], summary["counts"]["succeeded"]) == (2, 2)
+
+
+def test_a_join_that_cannot_succeed_names_its_long_duplicates_in_its_cause(
+    stack: LocalStack,
+) -> None:
+    # GIVEN an all-of join whose long member, listed twice, fails
+    bad, good = failing(mosaic("dup-bad", 3_100)), mosaic("dup-good", 2_100)
+    # WHEN the parent waits on them
+    described = finished(
+        stack, start(stack, "wait-for-join", "long-unreachable", dependencies=[bad, good, bad])
+    )
+    # THEN it fails QuorumUnreachable, and the cause (the join summary) names the real ids
+    assert (described["status"], described["error"]) == ("FAILED", "QuorumUnreachable")
+    cause = json.loads(described["cause"])
+    assert cause["duplicates"] == [id_of(bad)]
+    assert [failed["payload_id"] for failed in cause["failed"]] == [id_of(bad)]

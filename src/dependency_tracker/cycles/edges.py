@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.core.limits import SFN_MAX_EXECUTION_SECONDS
+from dependency_tracker.table.dependency_table import MAX_RECORDED_CYCLE_BYTES
 from dependency_tracker.table.dynamodb import batch_get, put_if_absent, update_if, values
 from dependency_tracker.table.items import (
     JOIN_ROW_KEY,
@@ -33,7 +34,7 @@ from dependency_tracker.table.items import (
     join_partition_for,
     key_attributes,
 )
-from dependency_tracker.table.keys import partition_key
+from dependency_tracker.table.keys import partition_key, recorded_ids, whole_ids
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -69,12 +70,15 @@ class WaitEdges:
         Idempotent: an edge that exists is left as it is, so a redelivered
         message cannot revive an edge that was refused. Returns the cycle
         recorded when one of these edges was refused before (the wait was
-        already turned down), else None.
+        already turned down), else None; its ids whole, but for a long one
+        past :data:`MAX_RECORDED_CYCLE_BYTES` that is neither the waiter nor a
+        payload of ``depends_on`` (it keeps its key form).
         """
+        depends_on = list(dict.fromkeys(depends_on))
         now = utcnow()
         expires = int((now + self._lifetime).timestamp())
         refused_cycle: list[str] | None = None
-        for target in dict.fromkeys(depends_on):
+        for target in depends_on:
             edge = EdgeItem(
                 payload_id=edge_partition_for(waiter_payload_id),
                 waiter_id=edge_id_for(via, target),
@@ -95,7 +99,9 @@ class WaitEdges:
             ).get("Item", {})
             if refused_cycle is None and "refused_at" in existing:
                 refused_cycle = [entry["S"] for entry in existing["refused_cycle"]["L"]]
-        return refused_cycle
+        if refused_cycle is None:
+            return None
+        return whole_ids(refused_cycle, [waiter_payload_id, *depends_on])
 
     def targets(self, waiter_payload_id: str, *, attempt: int | None = None) -> list[str]:
         """Payloads ``waiter_payload_id`` still waits on (strongly consistent).
@@ -188,12 +194,13 @@ class WaitEdges:
     ) -> None:
         """Mark the edges of a refused wait (with the cycle) so no later check follows them.
 
-        The cycle is recorded with each id in its key form (the id itself up to
-        2,048 bytes, else prefix + hash): a cycle of ids of any length then fits
-        in the edge, at most ``cycle_depth + 1`` entries of at most 2 KiB.
+        The cycle is recorded with its ids whole up to
+        :data:`MAX_RECORDED_CYCLE_BYTES` in all, the rest in their key form
+        (prefix + hash, at most 2 KiB): a cycle of ids of any length then fits
+        in the edge, and :meth:`add` gives the ids back whole.
         """
         now = utcnow()
-        recorded = [partition_key(node) for node in cycle]
+        recorded = recorded_ids(cycle, MAX_RECORDED_CYCLE_BYTES)
         for target in dict.fromkeys(depends_on):
             update_if(
                 self._client,

@@ -18,10 +18,13 @@ from aws_lambda_powertools.metrics import MetricUnit
 from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
 from dependency_tracker.core.observability import logger, metrics
 from dependency_tracker.core.text import clip
-from dependency_tracker.table.dependency_table import MAX_REFUSAL_CAUSE_CHARS
+from dependency_tracker.table.dependency_table import (
+    MAX_RECORDED_CYCLE_BYTES,
+    MAX_REFUSAL_CAUSE_CHARS,
+)
 from dependency_tracker.table.dynamodb import update_if, values
 from dependency_tracker.table.items import JOIN_ROW_KEY, join_partition_for, key_attributes
-from dependency_tracker.table.keys import partition_key
+from dependency_tracker.table.keys import partition_key, recorded_ids
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -67,8 +70,9 @@ class JoinDecisions:
         if cycle is not None:
             sets.append("#cycle = :cycle")
             names["#cycle"] = "cycle"
-            # Ids in their key form (whole up to 2,048 bytes): a cycle of any ids fits.
-            plain["cycle"] = [partition_key(node) for node in cycle]
+            # Whole ids while they fit, then key forms: a cycle of any ids fits the row,
+            # and the summary names the key forms it can (joins/summary.py).
+            plain["cycle"] = recorded_ids(cycle, MAX_RECORDED_CYCLE_BYTES)
         extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
         return (
             update_if(

@@ -30,22 +30,31 @@ def member_outcomes(access: RowAccess, join_id: str) -> tuple[list[MemberOutcome
     100 members: read once, when the decided join's summary is sent (its
     counts and lists both come from this read). A member whose row is not
     written yet, or not terminal, is pending.
+
+    Every id is whole: the chunk rows list members and duplicates by their
+    key form, and a key form is named by the member's membership row (which
+    keeps the whole id), else by the chunk row's ``full_members``. Only a long
+    member with neither (its row not written yet, and past the chunk's bound)
+    keeps its key form.
     """
     keys: list[str] = []
     duplicates: list[str] = []
     seen: set[str] = set()
+    names: dict[str, str] = {}
     for chunk in _chunks(access, join_id):
         # A chunk lists its members before it knows which are duplicates of another
         # chunk's: the first listing wins.
         keys.extend(key for key in chunk.members if key not in seen)
         seen.update(chunk.members)
         duplicates.extend(chunk.duplicates)
+        names.update(chunk.names())
     found = _membership_rows(access, join_id, keys)
+    names.update((key, row.payload_id) for key, row in found.items())
     outcomes = []
     for key in keys:
         row = found.get(key)
         if row is None:
-            outcomes.append(MemberOutcome(payload_id=key))
+            outcomes.append(MemberOutcome(payload_id=names.get(key, key)))
             continue
         done = row.workflow_state.is_terminal
         outcomes.append(
@@ -55,7 +64,7 @@ def member_outcomes(access: RowAccess, join_id: str) -> tuple[list[MemberOutcome
                 error=row.error if done else None,
             )
         )
-    return outcomes, duplicates
+    return outcomes, [names.get(key, key) for key in duplicates]
 
 
 def chunk_rows(access: RowAccess, chunk: ChunkItem) -> list[MembershipItem]:

@@ -74,9 +74,10 @@ def finish_chunk(access: RowAccess, chunk: ChunkItem, *, chunks: int | None) -> 
     """Mark a registered chunk recorded and add its members to the join, exactly once.
 
     One transaction: the chunk row marked ``recorded`` (only if it was not;
-    created with ``chunk.members`` when :func:`start_chunk` did not run) and the
-    join row's ``registered``/``registered_chunks``/``duplicates`` counts
-    (``chunks`` set when this is the last chunk). ``chunk.members`` are the
+    created with ``chunk.members`` and ``chunk.full_members`` when
+    :func:`start_chunk` did not run) and the join row's
+    ``registered``/``registered_chunks``/``duplicates`` counts (``chunks`` set
+    when this is the last chunk). ``chunk.members`` are the
     members this chunk registered. False when the chunk was recorded before.
     """
     now = utcnow()
@@ -99,7 +100,9 @@ def finish_chunk(access: RowAccess, chunk: ChunkItem, *, chunks: int | None) -> 
                     "Key": {"payload_id": row["payload_id"], "waiter_id": row["waiter_id"]},
                     "UpdateExpression": (
                         "SET recorded = :true, join_id = :join, #index = :index, "
-                        "members = if_not_exists(members, :list), duplicates = :repeated, "
+                        "members = if_not_exists(members, :list), "
+                        "full_members = if_not_exists(full_members, :full), "
+                        "duplicates = :repeated, "
                         "created_at = if_not_exists(created_at, :now), "
                         "expiration_time = if_not_exists(expiration_time, :expires)"
                     ),
@@ -115,6 +118,7 @@ def finish_chunk(access: RowAccess, chunk: ChunkItem, *, chunks: int | None) -> 
                             expires=bookkeeping_expiry(now),
                         ),
                         ":list": row.get("members", {"L": []}),
+                        ":full": row.get("full_members", {"L": []}),
                         ":repeated": row.get("duplicates", {"L": []}),
                     },
                 }

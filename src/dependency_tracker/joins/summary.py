@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from dependency_tracker.core.text import clip
 from dependency_tracker.joins.outputs import JoinSummary
+from dependency_tracker.table.keys import whole_ids
 
 if TYPE_CHECKING:
     from dependency_tracker.joins.store import JoinStore
@@ -35,6 +36,11 @@ def read_summary(joins: JoinStore, join: JoinItem) -> JoinSummary:
         else member
         for member in members
     ]
+    if join.cycle is not None:
+        # A cycle too long for the join row keeps some ids in their key form: the
+        # join's own waiter and members name theirs (the rest are not recorded here).
+        known = [join.waiter_payload_id, *(member.payload_id for member in members)]
+        join = join.model_copy(update={"cycle": whole_ids(join.cycle, known)})
     return JoinSummary.from_members(join, members, duplicates)
 
 

@@ -33,6 +33,12 @@ if TYPE_CHECKING:
 # (32,768 characters with its JSON envelope), so more than half of that is never read.
 MAX_REFUSAL_CAUSE_CHARS = 16_384
 
+# A cycle recorded on a row (a refused join's, a refused wait edge's) keeps its ids
+# whole up to this many bytes in all, the rest in their key form (at most 2,048
+# bytes each): a cycle of ids of any length fits its row, and the ids a parent or an
+# operator reads are whole wherever a cause would still show them.
+MAX_RECORDED_CYCLE_BYTES = MAX_REFUSAL_CAUSE_CHARS
+
 # Resolving a hot payload's waiters is I/O bound; a few threads keep it fast
 # without bursting past the table's (on-demand) write throughput.
 DEFAULT_RESOLVE_CONCURRENCY = 8

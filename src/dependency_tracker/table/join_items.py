@@ -24,6 +24,13 @@ from typing import Self
 from pydantic import BaseModel, Field
 
 from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.core.limits import (
+    DDB_MAX_ITEM_BYTES,
+    DDB_MAX_PARTITION_KEY_BYTES,
+    KIB,
+    utf8_size,
+)
+from dependency_tracker.core.settings import MAX_JOIN_CHUNK_SIZE
 from dependency_tracker.core.tokens import token_hash
 from dependency_tracker.table.items import DependencyRow, TableItem, join_partition_for
 from dependency_tracker.table.keys import partition_key
@@ -42,6 +49,12 @@ JOIN_COUNT_SHARDS = 4
 # Task tokens one join row holds: its parent's first send and the sends its Retry made
 # (each token up to 2,048 characters: the row stays far below DynamoDB's 400 KB).
 MAX_JOIN_TOKENS = 25
+
+# The whole ids a chunk row keeps beside its member keys take what is left of DynamoDB's
+# 400 KB item once the keys and the duplicates' keys recording the chunk may add (at
+# most one per entry of the chunk, MAX_JOIN_CHUNK_SIZE entries of at most 2 KiB) are
+# counted, less this margin for the other attributes and their names.
+CHUNK_ROW_MARGIN_BYTES = 8 * KIB
 
 
 def count_partition_for(join_id: str, shard: int) -> str:
@@ -179,8 +192,12 @@ class ChunkItem(TableItem):
     ``members`` are the partition keys of the chunk's distinct members in
     manifest order, written before any of them is registered (a member another
     chunk registered first may appear in both; readers keep the first listing);
-    with the join id they name the membership rows. ``recorded`` is set, once,
-    in the transaction that adds the chunk's members to the join's counts.
+    with the join id they name the membership rows. ``full_members`` are the
+    whole ids of the members whose key is derived (ids over 2,048 bytes), in
+    order, as many as the item has room for (:meth:`of`): they name a member
+    whose membership row is not written yet. A member past the bound is named
+    by its membership row alone. ``recorded`` is set, once, in
+    the transaction that adds the chunk's members to the join's counts.
     """
 
     payload_id: str  # join_partition_for(join_id)
@@ -188,6 +205,7 @@ class ChunkItem(TableItem):
     join_id: str
     index: int
     members: list[str] = Field(default_factory=list)
+    full_members: list[str] = Field(default_factory=list)  # whole ids of long members
     duplicates: list[str] = Field(default_factory=list)  # key forms too
     recorded: bool = False  # its members are counted on the join row
     created_at: datetime
@@ -196,16 +214,42 @@ class ChunkItem(TableItem):
     def of(
         cls, join_id: str, index: int, members: list[str], duplicates: list[str], now: datetime
     ) -> Self:
-        """The chunk row for ``members`` (whole ids; stored in their key form)."""
+        """The chunk row for ``members`` (whole ids; stored in their key form).
+
+        The whole ids of long members are kept beside the keys while the row,
+        with the longest duplicates list recording the chunk may add to it,
+        stays under 400 KB (:data:`CHUNK_ROW_MARGIN_BYTES` to spare).
+        """
+        keys = [partition_key(member) for member in members]
+        room = (
+            DDB_MAX_ITEM_BYTES
+            - CHUNK_ROW_MARGIN_BYTES
+            - MAX_JOIN_CHUNK_SIZE * (DDB_MAX_PARTITION_KEY_BYTES + 1)
+            - sum(utf8_size(key) + 1 for key in keys)
+        )
+        full: list[str] = []
+        for member, key in zip(members, keys, strict=True):
+            if key == member:
+                continue
+            size = utf8_size(member) + 1
+            if size > room:
+                continue
+            full.append(member)
+            room -= size
         return cls(
             payload_id=join_partition_for(join_id),
             waiter_id=chunk_id_for(index),
             join_id=join_id,
             index=index,
-            members=[partition_key(member) for member in members],
+            members=keys,
+            full_members=full,
             duplicates=[partition_key(member) for member in duplicates],
             created_at=now,
         )
+
+    def names(self) -> dict[str, str]:
+        """Whole ids of the long members this row keeps, by their key form."""
+        return {partition_key(member): member for member in self.full_members}
 
 
 def is_join_bookkeeping(item: dict[str, object]) -> bool:
@@ -217,6 +261,7 @@ def is_join_bookkeeping(item: dict[str, object]) -> bool:
 
 __all__ = [
     "CHUNK_KEY_PREFIX",
+    "CHUNK_ROW_MARGIN_BYTES",
     "COUNT_SHARD_KEY",
     "JOIN_COUNT_SHARDS",
     "JOIN_ROW_KEY",

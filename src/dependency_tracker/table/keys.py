@@ -26,8 +26,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import TYPE_CHECKING
 
 from dependency_tracker.core.limits import DDB_MAX_PARTITION_KEY_BYTES, DDB_MAX_SORT_KEY_BYTES
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 HASH_MARK = "#sha256:"
 _DIGEST_CHARS = 64  # hex of SHA-256
@@ -81,3 +85,35 @@ def is_derived(key: str) -> bool:
 # Key attribute -> the attribute that holds its whole text when the key is derived.
 # The attribute is written only when the two differ, so short ids cost nothing.
 FULL_ATTRIBUTES = {"payload_id": "full_payload_id", "waiter_id": "full_waiter_id"}
+
+
+def recorded_ids(ids: Iterable[str], budget: int) -> list[str]:
+    """``ids`` as an item records them: whole while they fit in ``budget`` bytes, else keys.
+
+    For a list kept on one item (a cycle, a chunk's member names): each id
+    stays whole while the ids kept so far, whole or not, add up to at most
+    ``budget`` UTF-8 bytes; an id past that is kept in its partition key form
+    (at most 2,048 bytes), which :func:`whole_ids` turns back into the id when
+    a reader knows it. Ids within the key limit are always whole.
+    """
+    recorded: list[str] = []
+    used = 0
+    for text in ids:
+        size = len(text.encode("utf-8", errors="surrogatepass"))
+        kept = text if used + size <= budget else partition_key(text)
+        used += size if kept is text else len(kept.encode("utf-8", errors="surrogatepass"))
+        recorded.append(kept)
+    return recorded
+
+
+def whole_ids(keys: Iterable[str], known: Iterable[str | None]) -> list[str]:
+    """``keys`` with each partition key form replaced by the whole id it stands for.
+
+    ``known`` are whole ids the reader has at hand (a join's members, its
+    waiting payload, an edge's ends); a key form none of them derives to is
+    left as it is (its whole id is not recorded where the reader looks).
+    """
+    by_key = {
+        key: text for text in known if text is not None and (key := partition_key(text)) != text
+    }
+    return [by_key.get(key, key) for key in keys]
