@@ -297,6 +297,22 @@ class Target:
         """Reads ``s3://`` payload pointers."""
         return self.app.bucket
 
+    @cached_property
+    def payload_bucket_name(self) -> str:
+        """The stack's payload bucket: its output, else the template's naming rule.
+
+        ``{prefix}-payloads-{account}-{region}``, as the template and ``serve`` name it.
+        """
+        if self.names.payload_bucket:
+            return self.names.payload_bucket
+        account = str(self.client("sts").get_caller_identity()["Account"])
+        return f"{self.prefix}-payloads-{account}-{self.session.region_name}"
+
+    @cached_property
+    def payload_bucket(self) -> PayloadBucket:
+        """The stack's payload bucket, to write to (a rerun's large document)."""
+        return PayloadBucket(self.client("s3"), self.payload_bucket_name)
+
     def state_machine_names(self) -> set[str]:
         """Names of every state machine in the account and region."""
         names: set[str] = set()

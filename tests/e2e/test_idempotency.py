@@ -76,6 +76,54 @@ def test_failure_then_resubmission_runs_a_new_attempt(stack: LocalStack) -> None
     assert len(item.executions) == 2
 
 
+def rerun_of(item: str, seen: PayloadState, attempt: int) -> dict[str, Any]:
+    """What ``rerun --from`` sends for ``item`` seen ``seen`` at ``attempt`` (it succeeds)."""
+    body = dependency(item)
+    body["process"][0] |= {"replace": True, "replace_if": {"state": seen, "attempt": attempt}}
+    return body
+
+
+def test_two_reruns_of_one_failure_run_one_attempt_and_keep_its_success(stack: LocalStack) -> None:
+    # GIVEN a payload whose run failed (attempt 1)
+    pid = dependency_id("i-twice")
+    parent = start_parent(stack, "twice-0", [dependency("i-twice", outcome="fail")])
+    assert finished(stack, parent)["error"] == "DependencyFailed"
+    # WHEN two reruns of that failure are sent at once (two operators, or a retried send)
+    sqs = stack.client("sqs")
+    queue = stack.outputs["ProcessQueueUrl"]
+    for _ in range(2):
+        sqs.send_message(
+            QueueUrl=queue, MessageBody=json.dumps(rerun_of("i-twice", PayloadState.FAILED, 1))
+        )
+
+    def drained_and_succeeded() -> Any:
+        counts = sqs.get_queue_attributes(
+            QueueUrl=queue,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        item = state_of(stack, pid)
+        idle = not any(int(value) for value in counts.values())
+        return idle and item is not None and item.state is PayloadState.SUCCEEDED and item
+
+    done = wait_until(drained_and_succeeded, timeout=30)
+    # THEN exactly one new attempt ran, and it succeeded
+    assert (done.attempt, len(done.executions)) == (2, 2)
+    # AND a parent that waits on the same rerun later hears that success replayed
+    late = start_parent(stack, "twice-late", [rerun_of("i-twice", PayloadState.FAILED, 1)])
+    (summary,) = summaries(stack, late)
+    assert (summary["payload_id"], summary["replayed"]) == (pid, True)
+    (told,) = callback_outputs(stack, late)
+    assert told["execution_arn"] == done.execution_arn
+    after = state_of(stack, pid)
+    assert after is not None
+    assert (after.state, after.attempt, after.executions, after.finished_at) == (
+        PayloadState.SUCCEEDED,
+        2,
+        done.executions,
+        done.finished_at,
+    )
+
+
 def test_a_run_whose_end_was_never_seen_is_recorded_by_the_lease_not_run_again(
     stack: LocalStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -160,12 +160,13 @@ class CirrusRuns:
     def _settle(self, payload: ProcessPayload, row_id: str | None) -> ProcessAction:
         seen = self.states.get(payload.id)
         ended = seen is not None and seen.state.is_terminal
-        if seen is not None and ended and not seen.state.reruns and not payload.replace:
+        replace = self._replaces(payload, seen)
+        if seen is not None and ended and not seen.state.reruns and not replace:
             if row_id is not None:
                 resolution = resolution_of(seen, replayed=True, executions_url=self.executions_url)
                 self.dependencies.resolve(payload.id, row_id, resolution)
             return ProcessAction.REPLAYED
-        if seen is not None and seen.state is PayloadState.PROCESSING and not payload.replace:
+        if seen is not None and seen.state is PayloadState.PROCESSING and not replace:
             return ProcessAction.WAITING
         rerun_of = seen.last_execution if seen is not None and ended else None
         # The outcome on record is the run this waiter asks to repeat. When the row has its
@@ -179,8 +180,20 @@ class CirrusRuns:
             return ProcessAction.ANSWERED
         # Absent, FAILED, ABORTED, a claim (whose claimer may have died: cirrus takes
         # it over), or replace: cirrus decides, and its claim keeps it to one run.
-        self._forward(payload)
+        self._forward(payload, replace=replace)
         return ProcessAction.FORWARDED
+
+    @staticmethod
+    def _replaces(payload: ProcessPayload, seen: CirrusStateItem | None) -> bool:
+        """Whether ``replace`` applies: a rerun's only over the state its sender saw.
+
+        cirrus counts no attempts, so only ``replace_if.state`` is compared, and
+        cirrus's own claim (not this read) settles two reruns sent at once.
+        """
+        expected = payload.replace_if
+        if expected is None or not payload.replace:
+            return payload.replace
+        return seen is not None and expected.holds(seen.state, None)
 
     def wait_only(self, payload_id: str, row_id: str | None) -> ProcessAction:
         """A wait-only waiter: resolve it if cirrus's payload ended; never forward."""
@@ -191,11 +204,16 @@ class CirrusRuns:
         self.dependencies.resolve(payload_id, row_id, resolution)
         return count(ProcessAction.REPLAYED, payload_id)
 
-    def _forward(self, payload: ProcessPayload) -> None:
+    def _forward(self, payload: ProcessPayload, *, replace: bool) -> None:
         # The id travels with the payload: cirrus keeps an id it is given, so both
         # systems name the payload alike whatever their id rules.
         body = payload.model_dump(mode="json", exclude_none=True)
         body["id"] = payload.id
+        if not replace and payload.replace:
+            # A superseded rerun: cirrus must not replace what another run recorded since.
+            step = body["process"][0]
+            step["replace"] = False
+            step.pop("replace_if", None)
         try:
             how = self.queue.send(body)
         except ValueError as exc:

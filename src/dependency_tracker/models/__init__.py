@@ -28,6 +28,7 @@ from dependency_tracker.payloads.model import (
     Feature,
     ProcessDefinition,
     ProcessPayload,
+    ReplaceIf,
     keyed_payload_id,
     payload_id_for,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "ProcessDefinition",
     "ProcessMessage",
     "ProcessPayload",
+    "ReplaceIf",
     "Resolution",
     "Row",
     "StatusChange",

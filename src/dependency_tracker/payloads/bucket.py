@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from botocore.exceptions import ClientError
 
 from dependency_tracker.core.errors import InvalidMessageError
+from dependency_tracker.core.limits import KIB, SQS_DEFAULT_MAX_MESSAGE_BYTES, utf8_size
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -24,6 +26,23 @@ _ALREADY_WRITTEN_CODES = frozenset({"PreconditionFailed", "412", "ConditionalReq
 
 # A process payload larger than this is not a payload but an accident.
 MAX_PAYLOAD_BYTES = 10 * 1024 * 1024
+
+# What the tracker itself sends to its process queue (a chained next step, an operator's
+# rerun) goes inline up to the queue's maximum message size (256 KiB, set on the template's
+# queue and the embedded stack's) less 16 KiB: SQS counts message attributes in the size,
+# and a body that is SNS-wrapped on its way back grows by its escaping. Past it the body
+# goes by reference ({"url": "s3://..."}), which the process queue accepts like any message.
+MAX_INLINE_MESSAGE_BYTES = SQS_DEFAULT_MAX_MESSAGE_BYTES - 16 * KIB
+
+
+def goes_by_reference(message: str) -> bool:
+    """True when ``message`` is too large to send inline on the process queue."""
+    return utf8_size(message) > MAX_INLINE_MESSAGE_BYTES
+
+
+def reference_body(url: str) -> str:
+    """The process-queue body that names a message stored at ``url`` (``s3://...``)."""
+    return json.dumps({"url": url})
 
 
 class PayloadBucket:
@@ -54,7 +73,22 @@ class PayloadBucket:
             Body=text.encode("utf-8"),
             ContentType="application/json",
         )
+        return self.url(key)
+
+    def url(self, key: str) -> str:
+        """The ``s3://`` url of ``key`` in the stack's bucket (nothing is read or written)."""
+        if self.bucket_name is None:
+            msg = "no payload bucket is configured"
+            raise RuntimeError(msg)
         return f"s3://{self.bucket_name}/{key}"
+
+    def reference(self, key: str, message: str) -> str:
+        """Store ``message`` under ``key``; returns the process-queue body that names it.
+
+        ``key`` is derived from what the message is, so a retried send writes the
+        same object and sends the same ``{"url": ...}``.
+        """
+        return reference_body(self.write(key, message))
 
     def write_once(self, key: str, text: str) -> tuple[str, str]:
         """Store ``text`` under ``key`` unless an object is there; returns its url and ETag.

@@ -15,17 +15,14 @@ from jsonpath_ng.exceptions import JSONPathError
 from jsonpath_ng.ext.parser import parse as parse_jsonpath
 from pydantic import ValidationError
 
-from dependency_tracker.core.limits import KIB, SQS_DEFAULT_MAX_MESSAGE_BYTES
+from dependency_tracker.payloads.bucket import MAX_INLINE_MESSAGE_BYTES
 from dependency_tracker.payloads.model import ProcessPayload
 
 # Key prefix, in the payload bucket, of next-step bodies too large for the queue.
 CHAINED_PREFIX = "chained"
-# A next step's body is sent inline up to the process queue's maximum message size
-# (256 KiB, set on the template's queue and the embedded stack's) less 16 KiB: SQS counts message
-# attributes in the size, and a body that is SNS-wrapped on its way back grows by
-# its escaping. Past it the body goes by reference ({"url": "s3://..."}), which the
-# process queue accepts like any message.
-MAX_INLINE_CHAIN_BYTES = SQS_DEFAULT_MAX_MESSAGE_BYTES - 16 * KIB
+# A next step's body goes inline up to the rule of every body the tracker sends itself
+# (payloads/bucket.py), by reference past it.
+MAX_INLINE_CHAIN_BYTES = MAX_INLINE_MESSAGE_BYTES
 
 
 class ChainError(ValueError):

@@ -17,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from dependency_tracker.core.enums import TERMINAL_STATES, PayloadState
 from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.table.prefixes import RESERVED_ID_PREFIXES
 
@@ -106,6 +107,40 @@ class Feature(BaseModel):
     collection: Utf8Str | None = None
 
 
+class ReplaceIf(BaseModel):
+    """What a rerun expects to replace: the outcome its sender saw (``process[0].replace_if``).
+
+    A message with ``replace: true`` and ``replace_if`` starts a new attempt only
+    while the payload is still in ``state`` (and, when given, at ``attempt``);
+    found otherwise, it was sent for an outcome another submission has already
+    replaced, and it is treated as a duplicate: its waiter hears the stored
+    outcome, or waits on the running attempt (docs/idempotency.md).
+
+    Example:
+        >>> ReplaceIf(state=PayloadState.FAILED, attempt=1).holds(PayloadState.SUCCEEDED, 2)
+        False
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    state: PayloadState
+    # None: any attempt (cirrus-geo counts no attempts). Strict: "1" or 1.0 are not an attempt.
+    attempt: int | None = Field(default=None, ge=0, strict=True)
+
+    @field_validator("state")
+    @classmethod
+    def _finished(cls, value: PayloadState) -> PayloadState:
+        if value not in TERMINAL_STATES:
+            names = ", ".join(sorted(TERMINAL_STATES))
+            msg = f"a rerun replaces a finished payload: one of {names}, not {value}"
+            raise ValueError(msg)
+        return value
+
+    def holds(self, state: PayloadState, attempt: int | None) -> bool:
+        """True while the payload is what the rerun saw: same state, and same attempt if given."""
+        return state is self.state and (self.attempt is None or attempt == self.attempt)
+
+
 class ProcessDefinition(BaseModel):
     """One step of a payload's ``process`` list (cirrus-geo compatible)."""
 
@@ -116,6 +151,8 @@ class ProcessDefinition(BaseModel):
     tasks: dict[str, Any] | None = None
     # Strict: "yes" or 1 are not a yes; a lenient cast would rerun a payload nobody asked to.
     replace: bool = Field(default=False, strict=True)
+    # A rerun's expectation: replace only the outcome it saw (needs ``replace: true``).
+    replace_if: ReplaceIf | None = None
     collections: list[Utf8Str] | None = None
     idempotency_key: str | None = Field(default=None, min_length=1)
     chain_filter: str | None = Field(default=None, min_length=1)
@@ -124,6 +161,13 @@ class ProcessDefinition(BaseModel):
     @classmethod
     def _one_collection(cls, value: object) -> object:
         return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _replace_if_replaces(self) -> Self:
+        if self.replace_if is not None and not self.replace:
+            msg = "replace_if applies to a rerun: it needs replace: true"
+            raise ValueError(msg)
+        return self
 
 
 class ProcessPayload(BaseModel):
@@ -192,6 +236,11 @@ class ProcessPayload(BaseModel):
         """True when a finished payload should run again."""
         return self.process[0].replace
 
+    @property
+    def replace_if(self) -> ReplaceIf | None:
+        """The outcome a rerun expects to replace (None: any, as plain ``replace``)."""
+        return self.process[0].replace_if
+
     def execution_input(self) -> str:
         """Canonical JSON handed to the child workflow (sorted keys, so retries match).
 
@@ -246,6 +295,7 @@ __all__ = [
     "Feature",
     "ProcessDefinition",
     "ProcessPayload",
+    "ReplaceIf",
     "Utf8Str",
     "document_problem",
     "keyed_payload_id",

@@ -161,4 +161,22 @@ class TrackerRunner:
             # A redelivery of the message that started the last attempt is not
             # a new submission: it must not run the payload again.
             return False
+        expected = payload.replace_if
+        if expected is not None:
+            # A rerun replaces only the outcome its sender saw. Found otherwise, another
+            # submission replaced it first (a second operator, a retried send): this one is
+            # a duplicate, answered from what is stored. The claim that follows a match is
+            # conditional on that same state and attempt, so of two such reruns one starts.
+            if expected.holds(seen.state, seen.attempt):
+                return True
+            logger.info(
+                "rerun superseded: the payload moved on",
+                extra={
+                    "expected_state": expected.state.value,
+                    "expected_attempt": expected.attempt,
+                    "state": seen.state.value,
+                    "attempt": seen.attempt,
+                },
+            )
+            return False
         return seen.state.reruns or payload.replace

@@ -24,12 +24,8 @@ from dependency_tracker.core.limits import utf8_size
 from dependency_tracker.core.observability import logger, metrics
 from dependency_tracker.core.settings import ENV_PAYLOAD_BUCKET
 from dependency_tracker.core.text import clip
-from dependency_tracker.payloads.chaining import (
-    MAX_INLINE_CHAIN_BYTES,
-    ChainError,
-    chained_key,
-    next_payload,
-)
+from dependency_tracker.payloads.bucket import MAX_INLINE_MESSAGE_BYTES, goes_by_reference
+from dependency_tracker.payloads.chaining import ChainError, chained_key, next_payload
 from dependency_tracker.payloads.events import StatusChange
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker.payloads.results import build_result
@@ -166,7 +162,7 @@ class UpdateStateFlow:
             metrics.add_metric(name="ChainFailed", unit=MetricUnit.Count, value=1)
             return
         message = json.dumps(body)
-        if utf8_size(message) > MAX_INLINE_CHAIN_BYTES:
+        if goes_by_reference(message):
             message = self._by_reference(body, message)
         # Runs after the waiters were resolved, and raises on any AWS error: the
         # status change is retried (then kept in the DLQ), the repeat finds the
@@ -188,11 +184,13 @@ class UpdateStateFlow:
             raise ConfigurationError(
                 ENV_PAYLOAD_BUCKET,
                 f"is needed to chain a next step of {utf8_size(message)} bytes "
-                f"(over {MAX_INLINE_CHAIN_BYTES} inline)",
+                f"(over {MAX_INLINE_MESSAGE_BYTES} inline)",
             )
-        url = self._bucket.write(chained_key(body), message)
-        logger.info("next step sent by reference", extra={"bytes": utf8_size(message), "url": url})
-        return json.dumps({"url": url})
+        reference = self._bucket.reference(chained_key(body), message)
+        logger.info(
+            "next step sent by reference", extra={"bytes": utf8_size(message), "body": reference}
+        )
+        return reference
 
     def _output_of(self, change: StatusChange) -> str | None:
         if change.output_url is not None:

@@ -111,6 +111,7 @@ def payload_filter(
     newer_than: str | None,
     error: str | None,
     now: datetime,
+    payloads_only: bool = False,
 ) -> PayloadFilter:
     """The filter the command line asks for (a bad duration is a usage error, exit 2)."""
     return PayloadFilter(
@@ -120,6 +121,7 @@ def payload_filter(
         older_than=_instant(older_than, "--older-than", now),
         newer_than=_instant(newer_than, "--newer-than", now),
         error=error,
+        payloads_only=payloads_only,
     )
 
 

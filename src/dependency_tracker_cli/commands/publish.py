@@ -426,7 +426,7 @@ def _publish_manifest(
     if check_workflows:
         _check_workflows(target, [Publication(str(path), "", "manifest", manifest.payloads)])
     data = manifest_text(manifest.entries).encode("utf-8")
-    name = bucket or _payload_bucket(target)
+    name = bucket or target.payload_bucket_name
     key = f"{MANIFEST_PREFIX}{hashlib.sha256(data).hexdigest()}.jsonl"
     target.client("s3").put_object(
         Bucket=name, Key=key, Body=data, ContentType=_MANIFEST_CONTENT_TYPE
@@ -494,14 +494,3 @@ def _add_entry(manifest: Manifest, where: str, document: Any) -> None:
     manifest.entries.append(document)
     manifest.keys.append(payload.id)
     manifest.payloads.append(payload)
-
-
-def _payload_bucket(target: Target) -> str:
-    """The stack's payload bucket: its output, else the template's naming rule.
-
-    ``{prefix}-payloads-{account}-{region}``, as the template and ``serve`` name it.
-    """
-    if target.names.payload_bucket:
-        return target.names.payload_bucket
-    account = str(target.client("sts").get_caller_identity()["Account"])
-    return f"{target.prefix}-payloads-{account}-{target.session.region_name}"

@@ -6,11 +6,18 @@ started is the input of the payload's last execution (canonical JSON, or an
 which Step Functions keeps for 90 days after the run ends (Standard workflows;
 an Express run's input cannot be described). A payload whose execution input
 cannot be read is rerun only from a document given with ``--from FILE``.
+
+Each message says what it replaces (``process[0].replace_if``: the state and
+attempt read here), so the tracker runs it only while the payload is still
+there; a second rerun of the same outcome is answered as a duplicate. A
+document too large to send inline is written to the payload bucket and sent as
+``{"url": "s3://..."}``.
 """
 
 # No ``from __future__ import annotations``: Typer reads these annotations at runtime.
 
 import copy
+import hashlib
 import json
 from dataclasses import dataclass
 from enum import StrEnum, unique
@@ -22,10 +29,10 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from dependency_tracker.core import limits
 from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.core.errors import DependencyTrackerError, InvalidMessageError
-from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker.payloads.bucket import goes_by_reference, reference_body
+from dependency_tracker.payloads.model import ProcessPayload, ReplaceIf
 from dependency_tracker.table.prefixes import INVALID_MESSAGE_PREFIX
 from dependency_tracker_cli import io, render
 from dependency_tracker_cli.commands.list_cmd import (
@@ -52,6 +59,8 @@ from dependency_tracker_cli.readmodel import (
 from dependency_tracker_cli.target import Target
 
 _BATCH = 10
+# Key prefix, in the payload bucket, of rerun documents too large to send inline.
+RERUN_PREFIX = "reruns"
 # What a new submission with ``replace`` runs again (docs/idempotency.md).
 RERUNNABLE = frozenset({PayloadState.FAILED, PayloadState.ABORTED, PayloadState.INVALID})
 # A payload refused for its state is a message the tracker would not rerun: exit 3.
@@ -80,35 +89,76 @@ class Rerun:
     document: dict[str, Any] | None = None
     document_from: str | None = None
     problem: str | None = None
+    # Where a document too large to send inline goes (s3://...); None: sent inline.
+    url: str | None = None
     sent: bool = False
 
     @property
+    def expected(self) -> ReplaceIf | None:
+        """What this rerun replaces: the state and attempt read (None for an unknown payload)."""
+        if self.view is None or not self.view.state.is_terminal:
+            return None
+        return ReplaceIf(state=self.view.state, attempt=self.view.attempt)
+
+    @property
+    def message(self) -> dict[str, Any]:
+        """The document with ``process[0].replace = true`` and ``replace_if``."""
+        return with_replace(self.document or {}, self.expected)
+
+    @property
+    def text(self) -> str:
+        """The message as sent inline, or as written to the payload bucket."""
+        return json.dumps(self.message, separators=(",", ":"))
+
+    @property
+    def key(self) -> str:
+        """Bucket key of the message: from the payload id and the message itself.
+
+        A retried rerun writes the same object and sends the same url; another
+        document for the same payload (``--from``) never overwrites it.
+        """
+        text = self.text.encode("utf-8")
+        pid = self.payload_id.encode("utf-8")
+        return (
+            f"{RERUN_PREFIX}/{hashlib.sha256(pid).hexdigest()}/"
+            f"{hashlib.sha256(text).hexdigest()}.json"
+        )
+
+    @property
     def body(self) -> str:
-        """The process message: the document with ``process[0].replace = true``."""
-        return json.dumps(with_replace(self.document or {}), separators=(",", ":"))
+        """The process-queue body: the message, or ``{"url"}`` naming it in the bucket."""
+        return self.text if self.url is None else reference_body(self.url)
 
     def to_json(self, *, with_body: bool) -> dict[str, Any]:
-        """``--json`` view (the document too on a dry run)."""
+        """``--json`` view (the message too on a dry run)."""
         data: dict[str, Any] = {
             "payload_id": self.payload_id,
             "state": None if self.view is None else self.view.state.value,
+            "attempt": None if self.view is None else self.view.attempt,
             "document_from": self.document_from,
+            "url": self.url,
             "sent": self.sent,
         }
         if self.problem is not None:
             data["problem"] = self.problem
         if with_body and self.document is not None:
-            data["message"] = with_replace(self.document)
+            data["message"] = self.message
         return data
 
 
-def with_replace(document: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``document`` whose first process step has ``replace: true``."""
+def with_replace(document: dict[str, Any], expected: ReplaceIf | None) -> dict[str, Any]:
+    """A copy of ``document`` whose first process step has ``replace: true`` and ``expected``.
+
+    ``expected`` (``replace_if``) replaces any a previous rerun left in the document.
+    """
     copied = copy.deepcopy(document)
     process = copied.get("process")
     steps = [process] if isinstance(process, dict) else process
     if isinstance(steps, list) and steps and isinstance(steps[0], dict):
         steps[0]["replace"] = True
+        steps[0].pop("replace_if", None)
+        if expected is not None:
+            steps[0]["replace_if"] = expected.model_dump(mode="json", exclude_none=True)
         copied["process"] = steps
     return copied
 
@@ -167,9 +217,12 @@ def rerun(
     """Send failed, aborted or invalid payloads to the process queue again, with replace.
 
     Each document is the input of the payload's last execution (or from --from),
-    sent with process[0].replace = true, so the tracker starts a new attempt.
-    A payload in another state (or unknown) is refused: nothing is sent, exit 3
-    (with --skip-others: skipped, exit 0).
+    sent with process[0].replace = true and replace_if (the state and attempt
+    read), so the tracker starts one new attempt, and only while the payload is
+    still in that state. A document too large for one message is written to the
+    payload bucket (reruns/...) and sent as {"url": ...}. A payload in another
+    state (or unknown) is refused: nothing is sent, exit 3 (with --skip-others:
+    skipped, exit 0). The tracker's records of refused messages are never selected.
 
     Examples:
       dependency-tracker rerun sentinel-2-l2a/workflow-cog/tile-1 --dry-run
@@ -191,6 +244,8 @@ def rerun(
             newer_than=newer_than,
             error=error,
             now=utcnow(),
+            # The tracker's records of refused messages are not payloads to rerun.
+            payloads_only=True,
         )
         page = PageRequest(limit=limit, max_pages=max_pages)
         wanted += [pid for pid in _selected(target, selection, page) if pid not in wanted]
@@ -213,6 +268,9 @@ def rerun(
         raise NoDocumentError(
             f"no payload document for {listed} (pass the document with --from FILE)"
         )
+    for one in ready:
+        if goes_by_reference(one.text):
+            one.url = target.payload_bucket.url(one.key)
     if not dry_run:
         _send(target, ready)
     _show(reruns, dry_run=dry_run, json_output=json_output)
@@ -303,12 +361,9 @@ def _payload_id(document: dict[str, Any]) -> str | None:
 
 def _send(target: Target, ready: list[Rerun]) -> None:
     for one in ready:
-        size = len(one.body.encode("utf-8"))
-        if size > limits.SQS_DEFAULT_MAX_MESSAGE_BYTES:
-            fail(
-                f"{one.payload_id}: its document is {size} bytes, over SQS's "
-                f"{limits.SQS_DEFAULT_MAX_MESSAGE_BYTES}: send it by url (publish)"
-            )
+        if one.url is not None:
+            # Written before any message names it; the key is the message's own.
+            target.payload_bucket.reference(one.key, one.text)
     sqs = target.client("sqs")
     queue_url = target.process_queue_url
     for start in range(0, len(ready), _BATCH):
@@ -344,16 +399,19 @@ def _show(reruns: list[Rerun], *, dry_run: bool, json_output: bool) -> None:
         return
     verb = "would send" if dry_run else "sent"
     table = Table(title=f"{verb} {len(ready)} payload(s) with replace")
-    for column in ("payload", "state", "document from", "bytes"):
+    for column in ("payload", "state", "attempt", "document from", "bytes", "sent as"):
         table.add_column(column)
     for one in ready:
         table.add_row(
             render.plain(one.payload_id),
             render.styled(None if one.view is None else one.view.state.value),
+            render.plain(None if one.view is None else one.view.attempt),
             render.plain(one.document_from),
-            str(len(one.body.encode("utf-8"))),
+            str(len(one.text.encode("utf-8"))),
+            render.plain(one.url or "inline"),
         )
     render.print_table(console, table, keys=(0,))
     if dry_run:
+        # What the queue would get: the message, or the pointer to where it would be written.
         for one in ready:
             console.print(escape(one.body), soft_wrap=True)

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.table.prefixes import RESERVED_ID_PREFIXES
 from dependency_tracker_cli.readmodel.paging import Expression
 from dependency_tracker_cli.readmodel.view import PayloadView, collections_of
 
@@ -20,6 +21,9 @@ class PayloadFilter:
     ``older_than``/``newer_than`` are instants compared with the payload's last
     change (``updated_at``; cirrus's ``updated``); ``error`` is a substring
     (case-sensitive, as DynamoDB's ``contains``) of the last error or its cause.
+    ``payloads_only`` leaves out the tracker's own records (ids under a reserved
+    prefix, such as ``invalid-message/...``): ``list`` shows them, ``rerun`` never
+    selects them.
     """
 
     states: frozenset[PayloadState] = frozenset()
@@ -28,9 +32,12 @@ class PayloadFilter:
     older_than: datetime | None = None
     newer_than: datetime | None = None
     error: str | None = None
+    payloads_only: bool = False
 
     def matches(self, view: PayloadView) -> bool:
         """True when ``view`` passes every filter (the exact check, after the Scan's)."""
+        if self.payloads_only and view.payload_id.startswith(RESERVED_ID_PREFIXES):
+            return False
         if self.states and view.state not in self.states:
             return False
         if self.workflow is not None and view.workflow != self.workflow:
@@ -46,6 +53,19 @@ class PayloadFilter:
     def tracker_expression(self) -> Expression:
         """The filters the tracker's state items hold as attributes (collection: client side)."""
         parts = time_filter_parts(self, updated="updated_at")
+        if self.payloads_only:
+            # In the Scan too, so the tracker's records never count against --limit.
+            keys = [f":own{index}" for index in range(len(RESERVED_ID_PREFIXES))]
+            parts.append(
+                (
+                    " AND ".join(f"NOT begins_with(#pid, {key})" for key in keys),
+                    {"#pid": "payload_id"},
+                    {
+                        key: {"S": prefix}
+                        for key, prefix in zip(keys, RESERVED_ID_PREFIXES, strict=True)
+                    },
+                )
+            )
         if self.states:
             keys = [f":state{index}" for index in range(len(self.states))]
             values = dict(zip(keys, ({"S": s.value} for s in sorted(self.states)), strict=True))

@@ -8,10 +8,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from typer.testing import CliRunner
 
-from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.core.enums import PayloadState, utcnow
+from dependency_tracker.core.limits import SQS_DEFAULT_MAX_MESSAGE_BYTES
+from dependency_tracker.payloads.bucket import PayloadBucket
 from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker.table.items import InvalidMessageItem
+from dependency_tracker.table.prefixes import INVALID_MESSAGE_PREFIX
+from dependency_tracker.waits.messages import ProcessMessage, read_message
 from dependency_tracker_cli.__main__ import app
-from tests.conftest import payload, payload_id
+from tests.conftest import ACCOUNT, PREFIX, REGION, payload, payload_id
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -20,6 +25,8 @@ if TYPE_CHECKING:
 
 FAIL = {"StartAt": "Fail", "States": {"Fail": {"Type": "Fail", "Error": "Boom"}}}
 BUCKET = "deptrack-payloads"
+# The stack's payload bucket, as the template names it (no stack outputs here).
+STACK_BUCKET = f"{PREFIX}-payloads-{ACCOUNT}-{REGION}"
 
 
 def ran(aws: Aws, body: dict[str, Any], state: PayloadState, *, pointer: bool = False) -> str:
@@ -61,6 +68,8 @@ def test_a_failed_payload_is_sent_again_from_its_last_input_with_replace(
     assert result.exit_code == 0, result.output
     (sent,) = queued(aws)
     assert sent["process"][0]["replace"] is True
+    # AND it says what it replaces: the state and attempt read
+    assert sent["process"][0]["replace_if"] == {"state": "FAILED", "attempt": 1}
     assert sent["extra_field"] == {"keep": 1}
     assert ProcessPayload.model_validate(sent).id == pid
     shown = json.loads(result.stdout)
@@ -151,3 +160,91 @@ def test_state_selects_the_payloads_list_would_show(aws: Aws) -> None:
 def test_filters_without_state_or_ids_are_a_usage_error(aws: Aws) -> None:
     assert invoke("--workflow", "cog").exit_code == 2
     assert invoke().exit_code == 2
+
+
+def big_failure(aws: Aws) -> str:
+    """A failed payload whose document is over one SQS message (its input an S3 pointer)."""
+    return ran(
+        aws, payload("big", workflow="cog", blob="x" * 300_000), PayloadState.FAILED, pointer=True
+    )
+
+
+def test_a_payload_over_one_message_is_sent_by_reference_with_replace(aws: Aws) -> None:
+    # GIVEN a failed payload of 300 kB, and the stack's payload bucket
+    pid = big_failure(aws)
+    aws.s3.create_bucket(Bucket=STACK_BUCKET)
+    # WHEN it is rerun
+    result = invoke(pid, "--json")
+    # THEN the queue gets {"url"} naming the message in the payload bucket
+    assert result.exit_code == 0, result.output
+    (sent,) = queued(aws)
+    assert list(sent) == ["url"]
+    assert sent["url"].startswith(f"s3://{STACK_BUCKET}/reruns/")
+    assert json.loads(result.stdout)["payloads"][0]["url"] == sent["url"]
+    # AND the tracker reads it as the payload, with replace and what it replaces
+    message = read_message(json.dumps(sent), load_url=PayloadBucket(aws.s3).read_url)
+    assert isinstance(message, ProcessMessage)
+    assert message.payload.id == pid
+    assert message.payload.replace is True
+    assert message.payload.replace_if is not None
+    assert (message.payload.replace_if.state, message.payload.replace_if.attempt) == (
+        PayloadState.FAILED,
+        1,
+    )
+    # AND a retried rerun writes the same object and sends the same url
+    assert invoke(pid).exit_code == 0
+    (again,) = queued(aws)
+    assert again == sent
+    listed = aws.s3.list_objects_v2(Bucket=STACK_BUCKET, Prefix="reruns/")["Contents"]
+    assert len(listed) == 1
+
+
+def test_a_dry_run_of_a_large_payload_says_it_would_send_it_by_reference(aws: Aws) -> None:
+    # GIVEN a failed payload over one SQS message
+    pid = big_failure(aws)
+    aws.s3.create_bucket(Bucket=STACK_BUCKET)
+    # WHEN its rerun is only tried
+    result = invoke(pid, "--dry-run", "--json")
+    # THEN it names where the message would be written, and writes and sends nothing
+    assert result.exit_code == 0, result.output
+    (shown,) = json.loads(result.stdout)["payloads"]
+    assert shown["url"].startswith(f"s3://{STACK_BUCKET}/reruns/")
+    assert len(json.dumps(shown["message"])) > SQS_DEFAULT_MAX_MESSAGE_BYTES
+    assert aws.s3.list_objects_v2(Bucket=STACK_BUCKET).get("KeyCount") == 0
+    assert queued(aws) == []
+    human = invoke(pid, "--dry-run")
+    assert human.exit_code == 0, human.output
+    assert json.dumps({"url": shown["url"]}) in human.stdout
+
+
+def refused_message_record(aws: Aws, message_id: str) -> str:
+    """The tracker's record of a refused message, as the process flow writes it."""
+    now = utcnow()
+    record_id = f"{INVALID_MESSAGE_PREFIX}{message_id}"
+    aws.states.record_invalid(
+        InvalidMessageItem(
+            payload_id=record_id,
+            created_at=now,
+            updated_at=now,
+            finished_at=now,
+            last_error="not a payload",
+            message_id=message_id,
+            body_excerpt="{}",
+            expiration_time=int(now.timestamp()) + 3600,
+        )
+    )
+    return record_id
+
+
+def test_state_invalid_never_selects_the_trackers_records_of_refused_messages(aws: Aws) -> None:
+    # GIVEN an invalid payload and two of the tracker's records of refused messages
+    pid = ran(aws, payload("a", workflow="cog"), PayloadState.INVALID)
+    records = [refused_message_record(aws, f"m-{index}") for index in range(2)]
+    # WHEN the invalid payloads are rerun (one at a time)
+    result = invoke("--state", "INVALID", "--limit", "1", "--json")
+    # THEN only the payload is selected and sent; the records are not mentioned
+    assert result.exit_code == 0, result.output
+    assert [ProcessPayload.model_validate(body).id for body in queued(aws)] == [pid]
+    shown = json.loads(result.stdout)
+    assert [one["payload_id"] for one in shown["payloads"]] == [pid]
+    assert not any(record in result.output for record in records)

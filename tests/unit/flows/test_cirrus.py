@@ -310,6 +310,22 @@ def test_replace_runs_a_succeeded_payload_again(aws: Aws, cirrus: Cirrus) -> Non
     assert cirrus.events().reconcile(model.id) == (CirrusAction.RESOLVED, 1)
 
 
+def test_a_rerun_of_a_failure_cirrus_has_since_replaced_is_answered_not_forwarded(
+    aws: Aws, cirrus: Cirrus
+) -> None:
+    # GIVEN a rerun sent for a failure, and cirrus's item now SUCCEEDED (another rerun ran)
+    body = payload(f"cirrus-{next(_ids)}")
+    body["process"][0] |= {"replace": True, "replace_if": {"state": "FAILED"}}
+    model = ProcessPayload.model_validate(body)
+    cirrus_records(aws.dynamodb, model.id, PayloadState.SUCCEEDED, 2)
+    # WHEN it arrives with a waiter
+    action = cirrus.process_flow().handle(wait(model, "tok"))
+    # THEN the waiter hears the stored success and nothing goes to cirrus
+    assert action is ProcessAction.REPLAYED
+    assert row_state(aws, model, "tok") is PayloadState.SUCCEEDED
+    assert cirrus.forwarded() == []
+
+
 def test_a_wait_only_message_never_forwards(aws: Aws, cirrus: Cirrus) -> None:
     model = fresh_payload()
     message = WaitMessage.model_validate({"wait_for": model.id, "callback": {"task_token": "tok"}})

@@ -224,6 +224,104 @@ def test_replace_reruns_a_finished_payload_once(aws: Aws, lambda_context: LocalC
     assert len(executions(aws)) == 1
 
 
+def rerun_of(seen: PayloadState, attempt: int, **extra: Any) -> dict[str, Any]:
+    """What ``dependency-tracker rerun`` sends for a payload it saw ``seen`` at ``attempt``."""
+    body = payload(**extra)
+    body["process"][0] |= {"replace": True, "replace_if": {"state": seen, "attempt": attempt}}
+    return body
+
+
+@pytest.mark.usefixtures("workflows")
+def test_a_second_rerun_of_the_same_failure_replays_the_success_the_first_one_ran(
+    aws: Aws, lambda_context: LocalContext
+) -> None:
+    # GIVEN a failed payload, rerun once (attempt 2), and that attempt succeeded
+    model = ProcessPayload.model_validate(payload())
+    aws.finished_payload(payload(), PayloadState.FAILED, execution_arn="arn:1", error="Boom")
+    lambda_handler(sqs_event(rerun_of(PayloadState.FAILED, 1), ids=["op-1"]), lambda_context)
+    second = aws.states.get(model.id)
+    assert second is not None
+    assert (second.state, second.attempt) == (PayloadState.PROCESSING, 2)
+    succeeded = aws.states.set_final(
+        payload_id=model.id,
+        workflow="pass",
+        state=PayloadState.SUCCEEDED,
+        execution_arn=second.execution_arn or "",
+        attempt=2,
+    )
+    # WHEN a second operator's rerun of the same failure arrives, with a waiter
+    body = rerun_of(PayloadState.FAILED, 1, callback={"task_token": "late"})
+    assert failures(lambda_handler(sqs_event(body, ids=["op-2"]), lambda_context)) == []
+    # THEN nothing runs again: the stored success stays, and the waiter hears it replayed
+    after = aws.states.get(model.id)
+    assert after == succeeded
+    assert [e["name"] for e in executions(aws)] == [naming.execution_name(model.id, 2)]
+    waiter = aws.dependencies.get(model.id, waiter_id_for("late"))
+    assert waiter is not None
+    assert (waiter.workflow_state, waiter.replayed) == (PayloadState.SUCCEEDED, True)
+
+
+@pytest.mark.usefixtures("workflows")
+def test_a_rerun_whose_expected_attempt_is_running_waits_on_it(
+    aws: Aws, lambda_context: LocalContext
+) -> None:
+    # GIVEN a failed payload whose first rerun is running (attempt 2)
+    model = ProcessPayload.model_validate(payload())
+    aws.finished_payload(payload(), PayloadState.FAILED, execution_arn="arn:1")
+    lambda_handler(sqs_event(rerun_of(PayloadState.FAILED, 1), ids=["op-1"]), lambda_context)
+    # WHEN the same rerun is sent again (a retried send), with a waiter
+    body = rerun_of(PayloadState.FAILED, 1, callback={"task_token": "t2"})
+    lambda_handler(sqs_event(body, ids=["op-1-again"]), lambda_context)
+    # THEN it waits on the running attempt; nothing else starts
+    item = aws.states.get(model.id)
+    assert item is not None
+    assert (item.state, item.attempt) == (PayloadState.PROCESSING, 2)
+    assert len(executions(aws)) == 1
+    waiter = aws.dependencies.get(model.id, waiter_id_for("t2"))
+    assert waiter is not None
+    assert waiter.workflow_state is PayloadState.PROCESSING
+
+
+@pytest.mark.usefixtures("workflows")
+def test_two_reruns_that_read_the_same_failure_at_once_start_one_attempt(
+    aws: Aws, lambda_context: LocalContext
+) -> None:
+    # GIVEN two reruns of the same failure that both read FAILED, attempt 1
+    failed = aws.finished_payload(payload(), PayloadState.FAILED, execution_arn="arn:1")
+    one = ProcessPayload.model_validate(rerun_of(PayloadState.FAILED, 1))
+    other = ProcessPayload.model_validate(rerun_of(PayloadState.FAILED, 1))
+    runner = app.current().runner
+    # WHEN the first claims and starts attempt 2, then the second acts on what it read
+    assert runner.settle(one, None, message_id="op-1", seen=failed) == "started"
+    action = runner.settle(other, None, message_id="op-2", seen=failed)
+    # THEN its conditional claim lost: it read again and waits on attempt 2
+    assert action == "waiting"
+    item = aws.states.get(failed.payload_id)
+    assert item is not None
+    assert (item.state, item.attempt) == (PayloadState.PROCESSING, 2)
+    assert len(executions(aws)) == 1
+
+
+@pytest.mark.usefixtures("workflows")
+def test_a_rerun_that_finds_what_it_expected_runs_even_a_success(
+    aws: Aws, lambda_context: LocalContext
+) -> None:
+    # GIVEN a succeeded payload (attempt 1)
+    model = ProcessPayload.model_validate(payload())
+    aws.finished_payload(payload(), PayloadState.SUCCEEDED, execution_arn="arn:1")
+    # WHEN a rerun expecting a failure arrives, then one expecting that success
+    lambda_handler(sqs_event(rerun_of(PayloadState.FAILED, 1), ids=["a"]), lambda_context)
+    untouched = aws.states.get(model.id)
+    assert untouched is not None
+    assert (untouched.state, untouched.attempt) == (PayloadState.SUCCEEDED, 1)
+    lambda_handler(sqs_event(rerun_of(PayloadState.SUCCEEDED, 1), ids=["b"]), lambda_context)
+    # THEN only the second runs: attempt 2
+    item = aws.states.get(model.id)
+    assert item is not None
+    assert (item.state, item.attempt) == (PayloadState.PROCESSING, 2)
+    assert len(executions(aws)) == 1
+
+
 @pytest.mark.usefixtures("workflows")
 def test_claim_left_by_a_dead_invocation_is_completed(
     aws: Aws, lambda_context: LocalContext

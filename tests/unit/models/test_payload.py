@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.payloads.model import (
     MAX_PAYLOAD_DEPTH,
@@ -274,3 +275,22 @@ def test_replace_is_a_boolean_and_nothing_else(value: object) -> None:
     for given in (True, False):
         body = valid(process=[{"workflow": "w", "replace": given}])
         assert ProcessPayload.model_validate(body).replace is given
+
+
+def test_replace_if_names_a_finished_state_and_an_attempt_and_needs_replace() -> None:
+    step = {"workflow": "w", "replace": True, "replace_if": {"state": "FAILED", "attempt": 1}}
+    model = ProcessPayload.model_validate(valid(process=[step]))
+    assert model.replace_if is not None
+    assert (model.replace_if.state, model.replace_if.attempt) == (PayloadState.FAILED, 1)
+    assert model.replace_if.holds(PayloadState.FAILED, 1)
+    assert not model.replace_if.holds(PayloadState.SUCCEEDED, 2)
+    assert not model.replace_if.holds(PayloadState.FAILED, 2)
+    for bad, where in (
+        ({"state": "PROCESSING"}, r"replace_if\.state\n  Value error, a rerun replaces"),
+        ({"state": "FAILED", "attempt": "1"}, r"replace_if\.attempt\n  Input should be"),
+        ({"state": "FAILED", "seen": 1}, r"replace_if\.seen\n  Extra inputs"),
+    ):
+        with pytest.raises(ValidationError, match=where):
+            ProcessPayload.model_validate(valid(process=[step | {"replace_if": bad}]))
+    with pytest.raises(ValidationError, match="replace_if applies to a rerun"):
+        ProcessPayload.model_validate(valid(process=[step | {"replace": False}]))
