@@ -21,7 +21,13 @@ from dependency_tracker.core.errors import (
     TransitionConflictError,
 )
 from dependency_tracker.core.limits import utf8_size
-from dependency_tracker.core.observability import logger, metrics
+from dependency_tracker.core.observability import (
+    drop_log_keys,
+    log_keys,
+    logger,
+    metrics,
+    set_correlation_id,
+)
 from dependency_tracker.core.settings import ENV_PAYLOAD_BUCKET
 from dependency_tracker.core.text import clip
 from dependency_tracker.payloads.chaining import (
@@ -118,7 +124,7 @@ class UpdateStateFlow:
         return self._record(change, _Execution(self._sfn, change.execution_arn))
 
     def _record(self, change: StatusChange, execution: _Execution) -> UpdateAction:
-        logger.append_keys(execution_arn=change.execution_arn)
+        log_keys(execution_arn=change.execution_arn)
         action, resolved = self._handle(change, execution)
         logger.info("status change handled", extra={"action": action.value, "resolved": resolved})
         metrics.add_metric(name=action.metric_name, unit=MetricUnit.Count, value=1)
@@ -136,7 +142,7 @@ class UpdateStateFlow:
         payload = self._payload_of(change, execution)
         if payload is None:
             return UpdateAction.UNKNOWN_INPUT, 0
-        logger.set_correlation_id(payload.id)
+        set_correlation_id(payload.id)
         error = change.failure_error if not final.is_success else None
         cause = clip(change.cause) if not final.is_success else None
         attempt = naming.attempt_of(change.name, payload.id)
@@ -245,7 +251,7 @@ class UpdateStateFlow:
         try:
             return self._record(StatusChange.from_description(described), execution)
         finally:
-            logger.remove_keys(["execution_arn"])  # the caller's log lines are not about it
+            drop_log_keys("execution_arn")  # the caller's log lines are not about it
 
     def _payload_of(self, change: StatusChange, execution: _Execution) -> ProcessPayload | None:
         text = change.input

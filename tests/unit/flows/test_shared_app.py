@@ -8,9 +8,11 @@ on itself (a cache, a "last seen") could hand it to another.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -26,6 +28,8 @@ from tests.conftest import ACCOUNT, DEPENDENCY_TABLE, REGION, payload, payload_i
 from tests.unit.handlers.conftest import sqs_event
 
 if TYPE_CHECKING:
+    import io
+
     from dependency_tracker.table.items import Resolution
     from dependency_tracker_local.context import LocalContext
     from tests.conftest import Aws
@@ -64,7 +68,7 @@ def left_out(execution: dict[str, Any]) -> StatusChange:
 
 @pytest.mark.usefixtures("workflows")
 def test_concurrent_records_on_one_app_each_get_their_own_execution(
-    aws: Aws, lambda_context: LocalContext
+    aws: Aws, lambda_context: LocalContext, log_lines: io.StringIO
 ) -> None:
     # GIVEN two chained payloads whose first steps ended, each reported without its input
     # and output, so that each record must ask DescribeExecution for both
@@ -110,3 +114,31 @@ def test_concurrent_records_on_one_app_each_get_their_own_execution(
     sent = aws.sqs.receive_message(QueueUrl=aws.queue_url, MaxNumberOfMessages=10)["Messages"]
     next_items = sorted(json.loads(m["Body"])["features"][0]["id"] for m in sent)
     assert next_items == sorted(ITEMS)
+    # AND each record's log line names its own execution and payload, not the other thread's
+    handled = [
+        (line["execution_arn"], line["correlation_id"])
+        for line in map(json.loads, log_lines.getvalue().splitlines())
+        if line["message"] == "status change handled"
+    ]
+    assert sorted(handled) == sorted(
+        (change.execution_arn, payload_id(item))
+        for item, change in zip(ITEMS, changes, strict=True)
+    )
+
+
+SHARED_KEY_CALLS = re.compile(
+    r"logger\.(append_keys|set_correlation_id|remove_keys|append_context_keys)\("
+)
+
+
+def test_log_keys_are_set_per_thread_only() -> None:
+    # Powertools' own key methods write to the one formatter every thread shares: a record's
+    # keys would tag another thread's lines. core/observability.py keeps them per thread.
+    src = Path(__file__).parents[3] / "src"
+    shared = [
+        f"{path.relative_to(src)}:{number}"
+        for path in sorted(src.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if SHARED_KEY_CALLS.search(line)
+    ]
+    assert shared == []
