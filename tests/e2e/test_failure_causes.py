@@ -17,7 +17,14 @@ import pytest
 
 from dependency_tracker.core.enums import PayloadState
 from tests.conftest import wait_until
-from tests.e2e.conftest import dependency, dependency_id, finished, start_parent, waiters
+from tests.e2e.conftest import (
+    dependency,
+    dependency_id,
+    finished,
+    notified,
+    start_parent,
+    waiters,
+)
 
 if TYPE_CHECKING:
     from dependency_tracker_local import LocalStack
@@ -42,6 +49,8 @@ def test_the_parent_shows_why_its_dependency_did_not_succeed(
     described = finished(stack, parent)
     # THEN it failed with the tracker's error name AND the cause the tracker sent
     assert (described["status"], described["error"]) == ("FAILED", error)
+    # the callback marks the row after its SendTaskFailure, which can end the parent first
+    wait_until(lambda: notified(stack, dependency_id(item)))
     (row,) = waiters(stack).waiters(dependency_id(item))
     assert row.workflow_state is state
     assert row.notify_outcome == f"SENT:{state.value}"

@@ -208,8 +208,9 @@ def test_parent_gone_before_the_callback_is_recorded_once(
     # exactly one SendTask* for that row, refused with the parent-gone code
     mine = sends.by_token().get(row.task_token, [])
     assert [(s.operation, s.status, s.code) for s in mine] == [("SendTaskSuccess", 400, code)]
-    # the stream record reached the callback handler once and was not failed (no retry)
-    records = taps.row_records(done)
+    # the stream record reached the callback handler once and was not failed (no retry); the
+    # tap keeps a batch once the handler returned, after it marked the row: wait for it
+    records = wait_until(lambda: taps.row_records(done))
     assert [record["dynamodb"]["NewImage"]["workflow_state"]["S"] for record, _ in records] == [
         "SUCCEEDED"
     ]
@@ -252,11 +253,14 @@ def test_status_change_without_input_and_output(stack: LocalStack, taps: Taps, s
     assert state.state is PayloadState.SUCCEEDED
     child = state.execution_arn
     assert child is not None
-    delivered = [
-        (event, response)
-        for event, response in taps.status_events
-        if event["detail"]["executionArn"] == child
-    ]
+    # the tap keeps an event once update-state returned, which the parent may not wait for
+    delivered = wait_until(
+        lambda: [
+            (event, response)
+            for event, response in taps.status_events
+            if event["detail"]["executionArn"] == child
+        ]
+    )
     assert len(delivered) == 1
     event, response = delivered[0]
     assert response == {"action": "recorded"}

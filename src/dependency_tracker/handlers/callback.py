@@ -13,7 +13,7 @@ from aws_lambda_powertools.utilities.batch import (
 from pydantic import ValidationError
 
 from dependency_tracker import app
-from dependency_tracker.core.observability import logger, metrics
+from dependency_tracker.core.observability import log_context, logger, metrics
 from dependency_tracker.handlers.deadline import deadline_of
 from dependency_tracker.table.rows import row_from_plain
 
@@ -47,7 +47,7 @@ def record_handler(record: DynamoDBRecord, lambda_context: LambdaContext | None 
     image = record.dynamodb.new_image
     if not image:  # a REMOVE (TTL expiry): nothing to tell anyone
         return
-    with logger.append_context_keys(sequence_number=record.dynamodb.sequence_number):
+    with log_context(sequence_number=record.dynamodb.sequence_number):
         try:
             row = row_from_plain(image)
         except ValidationError as exc:

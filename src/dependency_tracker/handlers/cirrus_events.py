@@ -17,7 +17,7 @@ from aws_lambda_powertools.utilities.batch import (
 
 from dependency_tracker import app
 from dependency_tracker.cirrus.models import WorkflowEvent
-from dependency_tracker.core.observability import logger, metrics
+from dependency_tracker.core.observability import log_context, logger, metrics, set_correlation_id
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
@@ -36,14 +36,14 @@ def cirrus_events_flow() -> CirrusEvents:
 
 def record_handler(record: SQSRecord) -> None:
     """One workflow event; raising fails only this record (retried, then its DLQ)."""
-    with logger.append_context_keys(message_id=record.message_id):
+    with log_context(message_id=record.message_id):
         try:
             event = WorkflowEvent.from_body(record.body)
         except ValueError:
             logger.exception("not a cirrus workflow event: left for the DLQ")
             metrics.add_metric(name="InvalidCirrusEvents", unit=MetricUnit.Count, value=1)
             raise
-        logger.set_correlation_id(event.payload_id)
+        set_correlation_id(event.payload_id)
         cirrus_events_flow().handle(event)
 
 

@@ -13,7 +13,7 @@ from aws_lambda_powertools.utilities.batch import (
 
 from dependency_tracker import app
 from dependency_tracker.core.errors import InvalidMessageError, UnknownWorkflowError
-from dependency_tracker.core.observability import logger, metrics
+from dependency_tracker.core.observability import log_context, logger, metrics, set_correlation_id
 from dependency_tracker.joins.messages import JoinChunkMessage, JoinMessage
 from dependency_tracker.table.items import join_partition_for
 
@@ -42,10 +42,10 @@ def record_handler(record: SQSRecord) -> None:
     """
     flow = process_flow()
     message: ProcessMessage | JoinMessage | JoinChunkMessage | WaitMessage | None = None
-    with logger.append_context_keys(message_id=record.message_id):
+    with log_context(message_id=record.message_id):
         try:
             message = flow.parse(record.body, message_id=record.message_id)
-            logger.set_correlation_id(
+            set_correlation_id(
                 join_partition_for(message.join_id)
                 if isinstance(message, JoinMessage | JoinChunkMessage)
                 else message.payload_id

@@ -19,7 +19,13 @@ from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent
 from pydantic import ValidationError
 
 from dependency_tracker import app
-from dependency_tracker.core.observability import logger, metrics
+from dependency_tracker.core.observability import (
+    log_context,
+    log_keys,
+    logger,
+    metrics,
+    set_correlation_id,
+)
 from dependency_tracker.payloads.events import StatusChange, StatusReport
 
 if TYPE_CHECKING:
@@ -39,7 +45,7 @@ def update_state_flow() -> UpdateStateFlow:
 
 def report_record_handler(record: SQSRecord) -> None:
     """One Express workflow's report; raising fails only this record (then its DLQ)."""
-    with logger.append_context_keys(message_id=record.message_id):
+    with log_context(message_id=record.message_id):
         try:
             change = StatusReport.model_validate_json(record.body).status_report
         except ValidationError:
@@ -66,8 +72,8 @@ def lambda_handler(
             context=context,
         )
     status_event = EventBridgeEvent(event)
-    logger.set_correlation_id(status_event.get_id)
-    logger.append_keys(event_id=status_event.get_id)
+    set_correlation_id(status_event.get_id)
+    log_keys(event_id=status_event.get_id)
     try:
         change = StatusChange.model_validate(status_event.detail)
     except ValidationError:

@@ -22,7 +22,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
 from dependency_tracker.core.errors import InvalidMessageError
-from dependency_tracker.core.observability import logger, metrics, redact_token
+from dependency_tracker.core.observability import log_keys, logger, metrics, redact_token
 from dependency_tracker.joins.adoption import JoinAdoption, members_digest
 from dependency_tracker.joins.chunks import ChunkRegistration
 from dependency_tracker.joins.fan_out import ChunkFanOut
@@ -83,7 +83,7 @@ class JoinRegistration(ChunkRegistration, ChunkFanOut, JoinAdoption, MemberListR
                 chunk or manifest, or a ``join_id`` used by another token.
         """
         join_id, token = message.join_id, message.join.task_token
-        logger.append_keys(join_id=join_id, token_hash=redact_token(token))
+        log_keys(join_id=join_id, token_hash=redact_token(token))
         # Reads the manifest (or writes the inline list under this token's own key):
         # nothing here touches what another token's join with this id wrote.
         payloads, rest, source = self._first_chunk(message)
@@ -132,7 +132,7 @@ class JoinRegistration(ChunkRegistration, ChunkFanOut, JoinAdoption, MemberListR
                 referenced payload cannot be read yet (retryable).
         """
         chunk = message.join_chunk
-        logger.append_keys(join_id=chunk.join_id, chunk=chunk.index)
+        log_keys(join_id=chunk.join_id, chunk=chunk.index)
         join = self.joins.get(chunk.join_id)
         if join is None:
             raise InvalidMessageError(f"join_chunk of join {chunk.join_id!r}, which does not exist")

@@ -75,6 +75,8 @@ class Runs:
         self._bucket = bucket
         # A takeover that finds the run ended records it as update-state would.
         self.recorder = recorder
+        # Per workflow, not per record: a state machine's type never changes, so what one
+        # record found holds for every record (two threads may each ask once).
         self._express: dict[str, bool] = {}
 
     def lease_expired(self, payload: ProcessPayload, seen: PayloadStateItem) -> bool:

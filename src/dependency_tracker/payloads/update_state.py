@@ -21,7 +21,13 @@ from dependency_tracker.core.errors import (
     TransitionConflictError,
 )
 from dependency_tracker.core.limits import utf8_size
-from dependency_tracker.core.observability import logger, metrics
+from dependency_tracker.core.observability import (
+    drop_log_keys,
+    log_keys,
+    logger,
+    metrics,
+    set_correlation_id,
+)
 from dependency_tracker.core.settings import ENV_PAYLOAD_BUCKET
 from dependency_tracker.core.text import clip
 from dependency_tracker.payloads.bucket import MAX_INLINE_MESSAGE_BYTES, goes_by_reference
@@ -63,8 +69,34 @@ class UpdateAction(StrEnum):
         return "Status" + self.value.title().replace("_", "")
 
 
+class _Execution:
+    """The execution of one status change, described at most once: a per-call value.
+
+    EventBridge leaves out inputs and outputs over 248 KiB, and a large execution
+    may need both from one ``DescribeExecution`` (a stopped execution no longer
+    changes). Built for each status change and handed down, never kept on the
+    flow: the flow is built once and shared by every record (and by the local
+    stack's threads), so a description kept there could reach another record.
+    """
+
+    def __init__(self, sfn: SFNClient, arn: str, described: dict[str, Any] | None = None) -> None:
+        self._sfn = sfn
+        self.arn = arn
+        self._described = described
+
+    def describe(self) -> dict[str, Any]:
+        """``DescribeExecution`` of this execution, asked once."""
+        if self._described is None:
+            self._described = dict(self._sfn.describe_execution(executionArn=self.arn))
+        return self._described
+
+
 class UpdateStateFlow:
-    """Handles one execution status change."""
+    """Handles one execution status change.
+
+    Built once and shared by every record: it keeps no state of a record between
+    calls (what one record needs, such as its execution's description, is passed down).
+    """
 
     def __init__(
         self,
@@ -82,36 +114,36 @@ class UpdateStateFlow:
         self._sfn = sfn
         self._bucket = bucket
         self._sqs = sqs
-        # The last DescribeExecution: a stopped execution no longer changes, and one
-        # large execution needs both its input and its output from it.
-        self._described: tuple[str, dict[str, Any]] | None = None
 
     def handle(self, change: StatusChange) -> UpdateAction:
         """Record ``change`` on the payload and resolve the payload's waiters."""
-        logger.append_keys(execution_arn=change.execution_arn)
-        action, resolved = self._handle(change)
+        return self._record(change, _Execution(self._sfn, change.execution_arn))
+
+    def _record(self, change: StatusChange, execution: _Execution) -> UpdateAction:
+        log_keys(execution_arn=change.execution_arn)
+        action, resolved = self._handle(change, execution)
         logger.info("status change handled", extra={"action": action.value, "resolved": resolved})
         metrics.add_metric(name=action.metric_name, unit=MetricUnit.Count, value=1)
         if resolved:
             metrics.add_metric(name="WaitersResolved", unit=MetricUnit.Count, value=resolved)
         return action
 
-    def _handle(self, change: StatusChange) -> tuple[UpdateAction, int]:
+    def _handle(self, change: StatusChange, execution: _Execution) -> tuple[UpdateAction, int]:
         final = change.final_state
         if final is None:
             return UpdateAction.NOT_TERMINAL, 0
         workflow = self.settings.workflow_of(change.state_machine_name)
         if workflow is None:
             return UpdateAction.NOT_MANAGED, 0
-        payload = self._payload_of(change)
+        payload = self._payload_of(change, execution)
         if payload is None:
             return UpdateAction.UNKNOWN_INPUT, 0
-        logger.set_correlation_id(payload.id)
+        set_correlation_id(payload.id)
         error = change.failure_error if not final.is_success else None
         cause = clip(change.cause) if not final.is_success else None
         attempt = naming.attempt_of(change.name, payload.id)
         result_json = (
-            build_result(payload.id, attempt, self._output_of(change), self._bucket)
+            build_result(payload.id, attempt, self._output_of(change, execution), self._bucket)
             if final.is_success
             else None
         )
@@ -141,14 +173,14 @@ class UpdateStateFlow:
         resolved = self.dependencies.resolve_all(payload.id, Resolution.of(item, replayed=False))
         if final.is_success:
             # Also on a repeat: the first delivery may have died before publishing.
-            self._chain(payload, change)
+            self._chain(payload, change, execution)
         return action, resolved
 
-    def _chain(self, payload: ProcessPayload, change: StatusChange) -> None:
+    def _chain(self, payload: ProcessPayload, change: StatusChange, execution: _Execution) -> None:
         if len(payload.process) < 2:
             return
         try:
-            body = next_payload(payload, self._output_of(change))
+            body = next_payload(payload, self._output_of(change, execution))
         except ChainError as exc:
             logger.error("cannot chain to the next step", extra={"reason": str(exc)})
             metrics.add_metric(name="ChainFailed", unit=MetricUnit.Count, value=1)
@@ -192,7 +224,7 @@ class UpdateStateFlow:
         )
         return reference
 
-    def _output_of(self, change: StatusChange) -> str | None:
+    def _output_of(self, change: StatusChange, execution: _Execution) -> str | None:
         if change.output_url is not None:
             if self._bucket is None:
                 raise ConfigurationError(
@@ -203,7 +235,7 @@ class UpdateStateFlow:
         if change.output_details.included:
             return change.output
         # EventBridge leaves out outputs over 248 KiB; ask Step Functions.
-        output = self._describe(change.execution_arn).get("output")
+        output = execution.describe().get("output")
         return None if output is None else str(output)
 
     def record_described(self, described: dict[str, Any]) -> UpdateAction:
@@ -213,24 +245,17 @@ class UpdateStateFlow:
         it for a run that ended while its status event was lost or is still
         being retried, so nothing runs twice and every waiter is answered.
         """
-        self._described = (str(described["executionArn"]), described)
+        execution = _Execution(self._sfn, str(described["executionArn"]), described)
         try:
-            return self.handle(StatusChange.from_description(described))
+            return self._record(StatusChange.from_description(described), execution)
         finally:
-            logger.remove_keys(["execution_arn"])  # the caller's log lines are not about it
+            drop_log_keys("execution_arn")  # the caller's log lines are not about it
 
-    def _describe(self, execution_arn: str) -> dict[str, Any]:
-        """``DescribeExecution`` of a stopped execution, once per execution."""
-        if self._described is None or self._described[0] != execution_arn:
-            response = self._sfn.describe_execution(executionArn=execution_arn)
-            self._described = (execution_arn, dict(response))
-        return self._described[1]
-
-    def _payload_of(self, change: StatusChange) -> ProcessPayload | None:
+    def _payload_of(self, change: StatusChange, execution: _Execution) -> ProcessPayload | None:
         text = change.input
         if text is None or not change.input_details.included:
             # EventBridge leaves out inputs over 248 KiB; ask Step Functions.
-            text = self._describe(change.execution_arn).get("input")
+            text = execution.describe().get("input")
         try:
             document = json.loads(text or "")
         except json.JSONDecodeError:

@@ -36,7 +36,7 @@ from dependency_tracker.cirrus.flow import CirrusAction, CirrusEvents
 from dependency_tracker.core import naming
 from dependency_tracker.core.enums import utcnow
 from dependency_tracker.core.errors import CallbackDeliveryError
-from dependency_tracker.core.observability import logger, metrics
+from dependency_tracker.core.observability import drop_log_keys, logger, metrics
 from dependency_tracker.payloads.runs import lease_seconds
 from dependency_tracker.sweeper.store import CursorStore, ScanPage, SweepCursor, SweepStore
 from dependency_tracker.waits.callback import CallbackAction, CallbackFlow
@@ -214,7 +214,7 @@ class SweeperFlow:
             return
         finally:
             # handle() tags the logger per row; the next row is another one.
-            logger.remove_keys(["token_hash", "join_id"])
+            drop_log_keys("token_hash", "join_id")
         if action is CallbackAction.SENT:
             report.sent += 1
             logger.warning("sweeper sent a callback the stream had not")

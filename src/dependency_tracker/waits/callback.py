@@ -26,7 +26,13 @@ from dependency_tracker.core.backoff import Backoff, error_code, is_transient
 from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.errors import CallbackDeliveryError
 from dependency_tracker.core.limits import SFN_MAX_CAUSE_CHARS, SFN_MAX_ERROR_CHARS, utf8_size
-from dependency_tracker.core.observability import logger, metrics, redact_token
+from dependency_tracker.core.observability import (
+    log_keys,
+    logger,
+    metrics,
+    redact_token,
+    set_correlation_id,
+)
 from dependency_tracker.core.tokens import PARENT_GONE_CODES
 from dependency_tracker.joins.outputs import MAX_JOIN_OUTPUT_BYTES
 from dependency_tracker.joins.summary import invalid_join_cause, read_summary
@@ -113,12 +119,12 @@ class CallbackFlow:
                 retry may fix (throttling, 5xx) and the retries here ran out;
                 the stream record is retried.
         """
-        logger.set_correlation_id(image.payload_id)
+        set_correlation_id(image.payload_id)
         if isinstance(image, MembershipItem):
-            logger.append_keys(join_id=image.join_id)
+            log_keys(join_id=image.join_id)
             action = self._record_membership(image)
         else:
-            logger.append_keys(token_hash=redact_token(image.task_token))
+            log_keys(token_hash=redact_token(image.task_token))
             action = self._notify(image, deadline)
         logger.info("callback handled", extra={"action": action.value})
         metrics.add_metric(name=action.metric_name, unit=MetricUnit.Count, value=1)
