@@ -20,13 +20,13 @@ from botocore.config import Config
 from dependency_tracker.app import App
 from dependency_tracker.core import settings
 from dependency_tracker.core.errors import UnknownWorkflowError
+from dependency_tracker.payloads.bucket import PayloadBucket
 from dependency_tracker_cli.readmodel import CirrusReader, PayloadReader, TrackerReader
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from dependency_tracker.joins.store import JoinStore
-    from dependency_tracker.payloads.bucket import PayloadBucket
     from dependency_tracker.payloads.state_table import StateTable
     from dependency_tracker.table.dependency_table import DependencyTable
 
