@@ -65,11 +65,14 @@ class SendFaults:
     """The first send of a message naming ``marker`` fails, ``when`` the message is sent."""
 
     marker: str
-    when: str  # "before" or "after" the message reaches the queue
+    # "before" or "after" the message reaches the queue; "late": it reaches the queue only
+    # after the Retry's message (SQS gives no order: the first send is delivered last)
+    when: str
     error_name: str = THROTTLED
     attempts: list[str] = field(default_factory=list)  # the token of each attempt
     delivered: list[str] = field(default_factory=list)  # ... of each message that was sent
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _held: tuple[Any, Any, dict[str, Any]] | None = None
 
     def send(self, original: Any, task: Any, **call: Any) -> None:
         """Run the send (``original``), failing its first attempt before or after it."""
@@ -79,13 +82,21 @@ class SendFaults:
         with self._lock:
             self.attempts.append(token)
             first = len(self.attempts) == 1
-        if first and self.when == "before":
+        if first and self.when in ("before", "late"):
+            if self.when == "late":
+                self._held = (original, task, call)
             raise InjectedSendError(self.error_name)
         original(task, **call)
         with self._lock:
             self.delivered.append(token)
         if first:
             raise InjectedSendError(self.error_name)
+        held, self._held = self._held, None
+        if held is not None:  # the first send, delivered after the Retry's
+            late, late_task, late_call = held
+            late(late_task, **late_call)
+            with self._lock:
+                self.delivered.append(self.attempts[0])
 
 
 @pytest.fixture
@@ -222,3 +233,44 @@ def test_a_join_send_throttled_after_it_was_sent_is_retried(
     assert fault.delivered == fault.attempts
     assert described["status"] == "SUCCEEDED", (described.get("error"), described.get("cause"))
     assert json.loads(described["output"])["join"]["counts"]["succeeded"] == 2
+
+
+def manifest_of(stack: LocalStack, key: str, dependencies: list[dict[str, Any]]) -> str:
+    """A JSON Lines manifest of ``dependencies`` in the stack's payload bucket; its url."""
+    bucket = stack.outputs["PayloadBucketName"]
+    text = "".join(json.dumps(item) + "\n" for item in dependencies)
+    stack.client("s3").put_object(Bucket=bucket, Key=key, Body=text.encode())
+    return f"s3://{bucket}/{key}"
+
+
+@pytest.mark.parametrize("when", ["after", "late"])
+def test_a_join_by_manifest_sent_twice_by_its_retry_waits_once_and_succeeds(
+    stack: LocalStack, faults: list[SendFaults], when: str
+) -> None:
+    # GIVEN a join by manifest whose first send was delivered (before the Retry's, or after
+    # it) and still failed the Task: the same join, with a new token, is sent again
+    item = f"manifest-send-{when}"
+    url = manifest_of(
+        stack, f"manifests/{item}.jsonl", [dependency(item), dependency(f"{item}-other")]
+    )
+    fault = SendFaults(marker=f"{item}.jsonl", when=when)
+    faults.append(fault)
+    response = stack.client("stepfunctions").start_execution(
+        stateMachineArn=stack.outputs["StateMachines"][JOIN],
+        name=item,
+        input=json.dumps({"dependencies_url": url, "timeout_seconds": 60}),
+    )
+    # WHEN it runs
+    described = finished(stack, response["executionArn"], timeout=60)
+    # THEN neither send is refused: the parent succeeds with both members, each run once
+    assert described["status"] == "SUCCEEDED", (described.get("error"), described.get("cause"))
+    assert sorted(fault.delivered) == sorted(fault.attempts)
+    assert len(set(fault.attempts)) == 2
+    assert json.loads(described["output"])["join"]["counts"]["succeeded"] == 2
+    for member in (item, f"{item}-other"):
+        state = stack.client("dynamodb").get_item(
+            TableName=stack.outputs["StateTableName"],
+            Key={"payload_id": {"S": dependency_id(member)}},
+            ConsistentRead=True,
+        )["Item"]
+        assert len(state["executions"]["SS"]) == 1
