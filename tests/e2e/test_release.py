@@ -28,8 +28,9 @@ ITEM = "rel-1"
 
 def test_a_released_parent_fails_with_the_reason_and_its_dependency_ends_harmlessly() -> None:
     with LocalStack(port=0, sink=io.StringIO()) as stack:
-        # GIVEN a real parent waiting on a dependency that takes two seconds
-        parent = start_parent(stack, "released-1", [dependency(ITEM, seconds=2)])
+        # GIVEN a real parent waiting on a dependency that takes a while (long enough for the
+        # release to land first on a loaded machine: it found the row SUCCEEDED at 2 s)
+        parent = start_parent(stack, "released-1", [dependency(ITEM, seconds=8)])
         table = waiters(stack)
         (row,) = wait_until(lambda: list(table.waiters(dependency_id(ITEM))), timeout=10)
         assert row.parent_execution == parent
@@ -53,7 +54,7 @@ def test_a_released_parent_fails_with_the_reason_and_its_dependency_ends_harmles
             item = state_of(stack, dependency_id(ITEM))
             return item is not None and item.state is PayloadState.SUCCEEDED
 
-        wait_until(ended, timeout=10)
+        wait_until(ended, timeout=30)
         # THEN the tracker leaves the released row alone and the parent stays FAILED
         after = table.get(row.payload_id, row.waiter_id)
         assert after is not None

@@ -70,10 +70,17 @@ class JoinStore(JoinDecisions):
         """Record how one of the join's tokens was answered, once."""
         return token_rows.mark_answered(self._access, join_id, token, outcome, over_gone=over_gone)
 
-    def finish_answering(self, join: JoinItem, *, outcome: str, retention_days: int) -> bool:
-        """Mark the join told once every token it holds is answered."""
+    def finish_answering(
+        self,
+        join: JoinItem,
+        *,
+        outcome: str,
+        retention_days: int,
+        last: tuple[str, str] | None = None,
+    ) -> bool:
+        """Mark the join told once every token it holds is answered (``last``'s answer too)."""
         return token_rows.finish_answering(
-            self._access, join, outcome=outcome, retention_days=retention_days
+            self._access, join, outcome=outcome, retention_days=retention_days, last=last
         )
 
     def mark_released(self, join: JoinItem, release: ReleaseMark, *, outcome: str) -> bool:

@@ -79,31 +79,50 @@ def mark_answered(
 
 
 def finish_answering(
-    access: RowAccess, join: JoinItem, *, outcome: str, retention_days: int
+    access: RowAccess,
+    join: JoinItem,
+    *,
+    outcome: str,
+    retention_days: int,
+    last: tuple[str, str] | None = None,
 ) -> bool:
     """Mark the row told once every token ``join`` holds is answered, and let it expire.
 
-    False when another token was added since ``join`` was read (answer it first),
-    or the row was marked already.
+    ``last``: the last token answered and its answer, recorded in the same write
+    (one write and one stream record for the usual join of one token). False when another token was
+    added since ``join`` was read (answer it first), ``token``'s answer was recorded
+    already, or the row was marked already.
     """
     now = utcnow()
     expires = int((now + timedelta(days=retention_days)).timestamp())
+    sets = [
+        "notified_at = :now",
+        "notify_outcome = :outcome",
+        "expiration_time = :expires",
+        "updated_at = :now",
+    ]
+    condition = (
+        f"attribute_exists(join_id) AND attribute_not_exists(notified_at) AND {_same_tokens(join)}"
+    )
+    extra: dict[str, Any] = {}
+    plain: dict[str, object] = {}
+    if last is not None:
+        token, answer = last
+        sets.append("answered.#key = :answer")
+        condition += " AND attribute_exists(answered) AND attribute_not_exists(answered.#key)"
+        extra["ExpressionAttributeNames"] = {"#key": token_hash(token)}
+        plain["answer"] = answer
     return (
         update_if(
             access.client,
             TableName=access.table_name,
             Key=_key(join_id=join.join_id),
-            UpdateExpression=(
-                "SET notified_at = :now, notify_outcome = :outcome, "
-                "expiration_time = :expires, updated_at = :now"
-            ),
-            ConditionExpression=(
-                f"attribute_exists(join_id) AND attribute_not_exists(notified_at) "
-                f"AND {_same_tokens(join)}"
-            ),
+            UpdateExpression="SET " + ", ".join(sets),
+            ConditionExpression=condition,
             ExpressionAttributeValues=values(
-                now=now, outcome=outcome, expires=expires, tokens=len(join.retry_tokens)
+                now=now, outcome=outcome, expires=expires, tokens=len(join.retry_tokens), **plain
             ),
+            **extra,
         )
         is not None
     )

@@ -167,24 +167,34 @@ class CallbackFlow:
         final mark fail: the row is read again and the new token answered too.
         """
         action = CallbackAction.ALREADY_NOTIFIED
-        # Every token answered already (a delivery died before its final mark): the row
-        # records one of their answers, a SENT one first.
-        outcome = max(join.answered.values(), key=lambda told: told.startswith("SENT:"), default="")
+        # What the row records as told: a SENT answer over a refused one (every token may
+        # have been answered already, by a delivery that died before its final mark).
+        outcome = max(join.answered.values(), key=_told, default="")
         answer: tuple[DependencyError | None, str] | None = None
         for _ in range(MAX_JOIN_TOKENS + 1):
-            pending = join.unanswered()
+            pending = list(join.unanswered().values())
             if pending and answer is None:
                 answer = self._join_answer(join)
-            for token in pending.values():
+            last: tuple[str, str] | None = None
+            for token in pending:
                 assert answer is not None  # noqa: S101  (built just above)
-                sent, outcome = self._send_join(token, join.workflow_state, answer, deadline)
-                self.joins.mark_answered(join.join_id, token, outcome)
+                sent, told = self._send_join(token, join.workflow_state, answer, deadline)
+                outcome = max((outcome, told), key=_told) if outcome else told
+                if token == pending[-1]:
+                    last = (token, told)  # recorded with the final mark: one write
+                else:
+                    self.joins.mark_answered(join.join_id, token, told)
                 if sent is CallbackAction.SENT or action is CallbackAction.ALREADY_NOTIFIED:
                     action = sent
             if self.joins.finish_answering(
-                join, outcome=outcome, retention_days=self.settings.waiter_retention_days
+                join,
+                outcome=outcome,
+                retention_days=self.settings.waiter_retention_days,
+                last=last,
             ):
                 return action
+            if last is not None:
+                self.joins.mark_answered(join.join_id, *last)
             current = self.joins.get(join.join_id)
             if current is None or current.notified_at is not None:
                 return action
@@ -335,6 +345,11 @@ class CallbackFlow:
                 metrics.add_metric(name="CallbackSendsExhausted", unit=MetricUnit.Count, value=1)
             raise CallbackDeliveryError(code, redact_token(task_token) or "") from exc
         return CallbackAction.SENT, f"SENT:{state.value}"
+
+
+def _told(outcome: str) -> bool:
+    """Orders a join row's answers: one that reached a parent first."""
+    return outcome.startswith("SENT:")
 
 
 def _count_retry(exc: ClientError, retry: int, wait: float) -> None:
