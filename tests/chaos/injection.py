@@ -144,6 +144,7 @@ class DeliveryFaults:
         # update-state without the held events (set by the run once it is wrapped).
         self.update_state: Handler = pumps.executions.handler
         self.lost_reports: dict[str, str] = {}  # message id -> payload id
+        self.lost_runs: set[str] = set()  # execution ARNs whose every report was lost
         self._report_draws: dict[str, bool] = {}
         self.held: dict[str, Held] = {}  # execution ARN -> held event
         self._held_draws: set[str] = set()
@@ -225,6 +226,8 @@ class DeliveryFaults:
                     if self._report_draws[message_id]:
                         pid = reported_payload(record["body"])
                         self.lost_reports[message_id] = pid
+                        report = json.loads(record["body"])["status_report"]
+                        self.lost_runs.add(str(report["executionArn"]))
                         self.later_parent(pid)
                         self._watched.setdefault(pid, 0)
                 if not self._report_draws[message_id]:

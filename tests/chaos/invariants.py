@@ -14,11 +14,14 @@ import itertools
 import json
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from dependency_tracker import app
 from dependency_tracker.core import naming
 from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.core.tokens import token_hash
+from dependency_tracker.payloads.runs import lease_seconds
 from dependency_tracker.table.items import join_partition_for, membership_id_for, waiter_id_for
 from dependency_tracker.table.keys import partition_key
 from dependency_tracker.table.rows import is_bookkeeping_item, row_from_item
@@ -342,6 +345,7 @@ class Invariants:
         sfn = self.aws.sfn
         problems: list[str] = []
         runs: dict[str, list[tuple[Any, Any, str]]] = {}
+        started: list[tuple[str, str, Any]] = []  # (name, ARN, start date) of every run
         for machine in sfn.list_state_machines()["stateMachines"]:
             if not machine["name"].startswith(f"{PREFIX}-"):
                 continue
@@ -353,6 +357,9 @@ class Invariants:
                     key = execution["name"].rsplit("-", 1)[0]
                     runs.setdefault(key, []).append(
                         (execution["startDate"], execution.get("stopDate"), execution["name"])
+                    )
+                    started.append(
+                        (execution["name"], execution["executionArn"], execution["startDate"])
                     )
         for key, spans in runs.items():
             spans.sort(key=lambda span: span[0])
@@ -374,13 +381,49 @@ class Invariants:
                     for attempt in range(1, state.attempt + 1)
                 )
                 self.express_unstarted += unstarted
-                least -= unstarted
+                least -= unstarted + self._unknowable(state, started)
             if not least <= len(state.executions) <= state.attempt + self._twins(state):
                 runs_of = len(state.executions)
                 problems.append(
                     f"{state.payload_id}: attempt {state.attempt}, {runs_of} executions"
                 )
         return problems
+
+    def _unknowable(self, state: PayloadStateItem, started: list[tuple[str, str, Any]]) -> int:
+        """Express attempts whose runs no tracker could record, and that ran alone.
+
+        An attempt whose start was never recorded (the process Lambda died after
+        ``StartExecution``, or its ``set_processing`` failed) and whose every run's report
+        was lost: AWS lists and describes no Express run, so its ARN reaches nobody. It is
+        no second live run if nothing of a later attempt started within the Express lease
+        after it (an Express run ends within the lease; locally within the round).
+        """
+        lease = timedelta(seconds=lease_seconds(self._claim_lease(), express=True))
+        by_attempt: dict[int, list[tuple[str, Any]]] = {}
+        for name, arn, start in started:
+            attempt = naming.attempt_of(name, state.payload_id)
+            if attempt is not None:
+                by_attempt.setdefault(attempt, []).append((arn, start))
+        recorded = set(state.executions)
+        count = 0
+        for attempt, attempt_runs in by_attempt.items():
+            arns = {arn for arn, _ in attempt_runs}
+            if arns & recorded or not arns <= self.deliveries.lost_runs:
+                continue
+            last = max(start for _, start in attempt_runs)
+            later = [
+                start
+                for other, other_runs in by_attempt.items()
+                if other > attempt
+                for _, start in other_runs
+            ]
+            if all(start - last >= lease for start in later):
+                count += 1
+        return count
+
+    @staticmethod
+    def _claim_lease() -> int:
+        return app.current().settings.claim_lease_seconds  # the handlers', as the run set it
 
     # ---------------------------------- the Express and late-event invariants
 

@@ -75,6 +75,25 @@ class TransitionConflictError(DependencyTrackerError):
         super().__init__(f"transition conflict: {what}")
 
 
+class StartUnsettledError(DependencyTrackerError):
+    """An Express attempt's start may or may not have happened: try the message again later.
+
+    Raised for the claimer's own message when its Express attempt is still ``CLAIMED`` and
+    nothing says the start was refused (the claimer died after ``StartExecution``, its
+    ``set_processing`` failed, or a twin delivery is starting it now). Starting again could
+    be a second live run; the message is retried until the run's report settles the
+    attempt or the Express lease runs out and a new attempt may start.
+    """
+
+    def __init__(self, payload_id: str, attempt: int) -> None:
+        self.payload_id = payload_id
+        self.attempt = attempt
+        super().__init__(
+            f"{payload_id} attempt {attempt}: the Express start may have happened; "
+            "retried until its report or the lease"
+        )
+
+
 class CallbackDeliveryError(DependencyTrackerError):
     """``SendTaskSuccess``/``SendTaskFailure`` failed and should be retried."""
 

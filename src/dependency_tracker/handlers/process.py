@@ -12,7 +12,11 @@ from aws_lambda_powertools.utilities.batch import (
 )
 
 from dependency_tracker import app
-from dependency_tracker.core.errors import InvalidMessageError, UnknownWorkflowError
+from dependency_tracker.core.errors import (
+    InvalidMessageError,
+    StartUnsettledError,
+    UnknownWorkflowError,
+)
 from dependency_tracker.core.observability import log_context, logger, metrics, set_correlation_id
 from dependency_tracker.joins.messages import JoinChunkMessage, JoinMessage
 from dependency_tracker.table.items import join_partition_for
@@ -61,6 +65,11 @@ def record_handler(record: SQSRecord) -> None:
             raise
         except UnknownWorkflowError as exc:
             logger.error("unknown workflow", extra={"reason": str(exc)})
+            _answer_if_last(record, message, str(exc))
+            raise
+        except StartUnsettledError as exc:
+            # Expected after a crash around an Express start: retried, not a fault.
+            logger.info("express start unsettled: retried later", extra={"reason": str(exc)})
             _answer_if_last(record, message, str(exc))
             raise
         except Exception as exc:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from dependency_tracker.core.enums import PayloadState
-from dependency_tracker.core.errors import TransitionConflictError
+from dependency_tracker.core.errors import StartUnsettledError, TransitionConflictError
 from dependency_tracker.core.observability import logger
 from dependency_tracker.payloads.actions import ProcessAction, count
 from dependency_tracker.table.items import Resolution
@@ -142,11 +142,18 @@ class TrackerRunner:
             # deterministic, so starting again is harmless if it did not.
             self.runs.start(payload, seen.attempt)
             return ProcessAction.RESUMED_START
+        if seen.start_refused_at is not None:
+            # AWS answered its StartExecution with an error: nothing runs under its name,
+            # so any message starts it now (conditionally: once), under the same name.
+            return self.runs.restart(payload, message_id, seen)
         if message_id is not None and seen.claim_message_id == message_id:
-            # The claimer's own message again: its start failed or it died around it. A
-            # second start of this attempt could be a second run of it; a new attempt,
-            # under a new name, cannot run this one twice.
-            return self.runs.take_over(payload, message_id, seen)
+            # The claimer's own message again, and nothing says its start was refused: the
+            # claimer may have died after StartExecution (or before it), its set_processing
+            # may have failed, or a twin delivery may be starting it now. Starting anything,
+            # under this name or a new attempt's, could make two live runs. The message
+            # comes back until the run's report ends the attempt or the Express lease runs
+            # out (the lease check above then claims a new attempt).
+            raise StartUnsettledError(payload.id, seen.attempt)
         # An Express start is not idempotent: only the claimer (or its redelivery) starts;
         # if neither comes back, the lease starts a new attempt.
         return ProcessAction.WAITING

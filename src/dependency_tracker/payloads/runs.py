@@ -159,6 +159,21 @@ class Runs:
         self.start(payload, claimed.attempt)
         return ProcessAction.TOOK_OVER
 
+    def restart(
+        self, payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
+    ) -> ProcessAction:
+        """Start a claimed attempt whose start AWS refused, under the same name (once).
+
+        Nothing ran under its name, so this is its first run; a new attempt would leave
+        the name unused and climb for nothing.
+
+        Raises:
+            TransitionConflictError: Another message restarted it first (read again).
+        """
+        reclaimed = self.states.reclaim_refused(seen, message_id=message_id)
+        self.start(payload, reclaimed.attempt)
+        return ProcessAction.RESUMED_START
+
     def _attempt_arn(self, payload: ProcessPayload, seen: PayloadStateItem) -> str | None:
         """The current attempt's execution, derived from its name; None for an Express run.
 
@@ -241,6 +256,7 @@ class Runs:
                 metrics.add_metric(name="UnknownWorkflow", unit=MetricUnit.Count, value=1)
                 raise UnknownWorkflowError(payload.workflow, state_machine_arn) from exc
             else:
+                self._refused(payload, attempt, str(code))
                 raise
         logger.info("execution started", extra={"execution_arn": execution_arn, "attempt": attempt})
         try:
@@ -248,3 +264,22 @@ class Runs:
         except TransitionConflictError:
             # Another invocation recorded it, or it already finished: both fine.
             logger.info("execution already recorded", extra={"execution_arn": execution_arn})
+
+    def _refused(self, payload: ProcessPayload, attempt: int, code: str) -> None:
+        """AWS answered an Express ``StartExecution`` with an error: say so on the claim.
+
+        An error answer means no run started, so the attempt may be started again under
+        its name at once. Without the mark (a crash, a timeout: no answer) nobody can
+        tell whether it started, and only its report or the lease settles it. Best
+        effort: if the mark cannot be written, the attempt is simply unsettled.
+        """
+        try:
+            if not self.is_express(payload.workflow, None):
+                return
+            marked = self.states.refuse_start(payload.id, attempt)
+        except ClientError:
+            logger.warning("could not mark a refused Express start", extra={"code": code})
+            return
+        logger.info(
+            "express start refused", extra={"attempt": attempt, "code": code, "marked": marked}
+        )

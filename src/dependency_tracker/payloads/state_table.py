@@ -96,7 +96,7 @@ class StateTable:
                         "claimed_at = :now, updated_at = :now, claim_message_id = :message "
                         # The previous attempt's run is not this attempt's: liveness and
                         # report ordering must not look at it (it stays in executions).
-                        "REMOVE finished_at, execution_arn, run_rank"
+                        "REMOVE finished_at, execution_arn, run_rank, start_refused_at"
                     ),
                     ConditionExpression="#state = :seen_state AND attempt = :seen_attempt",
                     ExpressionAttributeNames={"#state": "state"},
@@ -138,7 +138,7 @@ class StateTable:
                 Key=_key(payload_id),
                 UpdateExpression=(
                     "SET #state = :processing, execution_arn = :arn, updated_at = :now "
-                    "ADD executions :arns"
+                    "ADD executions :arns REMOVE start_refused_at"
                 ),
                 ConditionExpression="#state = :claimed AND attempt = :attempt",
                 ExpressionAttributeNames={"#state": "state"},
@@ -157,6 +157,77 @@ class StateTable:
                     f"{payload_id} attempt {attempt} not claimed"
                 ) from exc
             raise
+
+    def refuse_start(self, payload_id: str, attempt: int) -> bool:
+        """Mark a claimed attempt whose ``StartExecution`` AWS answered with an error.
+
+        Only while the attempt is still ``CLAIMED``; False when the item moved on.
+        """
+        now = utcnow()
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=_key(payload_id),
+                UpdateExpression="SET start_refused_at = :now, updated_at = :now",
+                ConditionExpression="#state = :claimed AND attempt = :attempt",
+                ExpressionAttributeNames={"#state": "state"},
+                ExpressionAttributeValues=values(
+                    claimed=PayloadState.CLAIMED.value, attempt=attempt, now=now
+                ),
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                return False
+            raise
+        return True
+
+    def reclaim_refused(
+        self, seen: PayloadStateItem, *, message_id: str | None = None
+    ) -> PayloadStateItem:
+        """Take the right to start a claimed attempt whose start AWS refused, under its name.
+
+        The write only succeeds while the attempt is still ``CLAIMED`` with its start
+        refused, so of two concurrent messages exactly one starts it; the claim's age and
+        message are the new claimer's.
+
+        Raises:
+            TransitionConflictError: Someone else changed the item first.
+        """
+        now = utcnow()
+        try:
+            self._client.update_item(
+                TableName=self.table_name,
+                Key=_key(seen.payload_id),
+                UpdateExpression=(
+                    "SET claimed_at = :now, updated_at = :now, claim_message_id = :message "
+                    "REMOVE start_refused_at"
+                ),
+                ConditionExpression=(
+                    "#state = :claimed AND attempt = :attempt "
+                    "AND attribute_exists(start_refused_at)"
+                ),
+                ExpressionAttributeNames={"#state": "state"},
+                ExpressionAttributeValues=values(
+                    claimed=PayloadState.CLAIMED.value,
+                    attempt=seen.attempt,
+                    now=now,
+                    message=message_id,
+                ),
+            )
+        except ClientError as exc:
+            if is_conditional_failure(exc):
+                raise TransitionConflictError(
+                    f"restart of {seen.payload_id} attempt {seen.attempt}"
+                ) from exc
+            raise
+        return seen.model_copy(
+            update={
+                "claimed_at": now,
+                "updated_at": now,
+                "claim_message_id": message_id,
+                "start_refused_at": None,
+            }
+        )
 
     def set_final(
         self,

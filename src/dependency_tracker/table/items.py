@@ -113,6 +113,9 @@ class PayloadStateItem(TableItem):
     last_error: str | None = None
     last_cause: str | None = None
     claim_message_id: str | None = None
+    # Set when AWS refused the StartExecution of this CLAIMED attempt (an error answer:
+    # nothing started), so the attempt may be started again under its name at once.
+    start_refused_at: datetime | None = None
     result_json: str | None = None
     # StatusChange.run_rank of the recorded final state: a report of the same
     # execution with a lower rank (a late event from before a redrive) is refused.

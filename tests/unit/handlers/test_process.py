@@ -644,11 +644,11 @@ def test_an_express_input_past_100_kb_goes_by_pointer(
     assert json.loads(inputs["pass"])["id"] == payload_id()
 
 
-def test_an_express_claim_whose_start_failed_is_retried_by_its_own_message_as_a_new_attempt(
+def test_an_express_claim_whose_start_was_refused_is_started_again_under_its_name(
     aws: Aws, lambda_context: LocalContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # GIVEN an Express payload whose claimer's StartExecution was throttled (it stays CLAIMED,
-    # and the message fails to be redelivered)
+    # GIVEN an Express payload whose claimer's StartExecution was throttled (AWS answered
+    # with an error: nothing started; the claim stays CLAIMED and the message fails)
     express_workflow(aws)
     runs = app.current().runs
     real = runs._sfn.start_execution
@@ -663,14 +663,93 @@ def test_an_express_claim_whose_start_failed_is_retried_by_its_own_message_as_a_
     monkeypatch.setattr(runs._sfn, "start_execution", start)
     body = payload(workflow="quick", callback={"task_token": "t"})
     assert failures(lambda_handler(sqs_event(body, ids=["m-1"]), lambda_context)) == ["m-1"]
+    pid = payload_id(workflow="quick")
+    refused = aws.states.get(pid)
+    assert refused is not None
+    assert refused.state is PayloadState.CLAIMED
+    assert refused.start_refused_at is not None
     # WHEN the same message comes back
     assert failures(lambda_handler(sqs_event(body, ids=["m-1"]), lambda_context)) == []
-    # THEN a new attempt starts at once, under its own name (the first may not be started
-    # again: an Express start under a used name is a second run); before, the redelivery
-    # waited and the parent was stranded until a later message passed the lease
-    pid = payload_id(workflow="quick")
-    assert started == [naming.execution_name(pid, 1), naming.execution_name(pid, 2)]
+    # THEN the same attempt starts at once under its own name (its first run: the refused
+    # call ran nothing), and the attempt does not climb; before issue 15's fix the
+    # redelivery waited and the parent was stranded until a later message passed the lease
+    assert started == [naming.execution_name(pid, 1), naming.execution_name(pid, 1)]
     item = aws.states.get(pid)
+    assert item is not None
+    assert (item.state, item.attempt) == (PayloadState.PROCESSING, 1)
+    assert item.start_refused_at is None
+
+
+def test_an_express_run_started_before_its_record_failed_gets_no_second_attempt(
+    aws: Aws, lambda_context: LocalContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN an Express payload whose claimer started attempt 1 (AWS accepted the start)
+    # but failed to record it: set_processing was throttled, so the item stays CLAIMED and
+    # the message fails (the chaos run's seed 5: "attempt 3, 2 executions")
+    express_workflow(aws)
+    started = count_starts(monkeypatch)
+    states = app.current().runs.states
+    real = states.set_processing
+    throttled: list[int] = []
+
+    def set_processing(payload_id: str, attempt: int, execution_arn: str) -> None:
+        if not throttled:
+            throttled.append(attempt)
+            raise ClientError(
+                {"Error": {"Code": "ProvisionedThroughputExceededException"}}, "UpdateItem"
+            )
+        real(payload_id, attempt, execution_arn)
+
+    monkeypatch.setattr(states, "set_processing", set_processing)
+    body = payload(workflow="quick", callback={"task_token": "t"})
+    pid = payload_id(workflow="quick")
+    assert failures(lambda_handler(sqs_event(body, ids=["m-1"]), lambda_context)) == ["m-1"]
+    assert started == [naming.execution_name(pid, 1)]
+    # WHEN the same message comes back within the lease
+    response = lambda_handler(sqs_event(body, ids=["m-1"]), lambda_context)
+    # THEN nothing starts: attempt 1's run may be live (before, the redelivery claimed
+    # attempt 2 and started it beside the first run, whose report was then dropped as stale)
+    assert failures(response) == ["m-1"]
+    assert started == [naming.execution_name(pid, 1)]
+    item = aws.states.get(pid)
+    assert item is not None
+    assert (item.state, item.attempt) == (PayloadState.CLAIMED, 1)
+    # WHEN attempt 1's run reports its end (an Express run cannot be described: its
+    # report carries the fields), and the message comes back once more
+    (run,) = executions(aws, "quick")
+    text = ProcessPayload.model_validate(body).execution_input()
+    report = {**run, "status": "SUCCEEDED", "input": text, "output": text}
+    event = status_change_event(report, region=REGION, account=ACCOUNT)
+    assert update_state_handler(event, lambda_context) == {"action": "recorded"}
+    assert failures(lambda_handler(sqs_event(body, ids=["m-1"]), lambda_context)) == []
+    # THEN the payload ended as attempt 1, with that run recorded, and nothing else ran
+    done = aws.states.get(pid)
+    assert done is not None
+    assert (done.state, done.attempt) == (PayloadState.SUCCEEDED, 1)
+    assert done.executions == [run["executionArn"]]
+    assert started == [naming.execution_name(pid, 1)]
+
+
+def test_an_express_claim_left_by_a_crash_is_retaken_by_its_own_message_after_the_lease(
+    aws: Aws, lambda_context: LocalContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN an Express attempt claimed by message m-1 whose claimer died (nothing says
+    # whether it started), under a 60 s lease
+    monkeypatch.setenv("DEPTRACK_CLAIM_LEASE_SECONDS", "60")
+    fresh_app()
+    express_workflow(aws)
+    quick = ProcessPayload.model_validate(payload(workflow="quick"))
+    aws.states.claim(quick, None, message_id="m-1")
+    started = count_starts(monkeypatch)
+    body = payload(workflow="quick", callback={"task_token": "t"})
+    # WHEN m-1 comes back within the lease THEN it fails again and starts nothing
+    assert failures(lambda_handler(sqs_event(body, ids=["m-1"]), lambda_context)) == ["m-1"]
+    assert started == []
+    # WHEN it comes back after the lease THEN attempt 2 starts under its own name
+    age_claim(aws, quick.id, 120)
+    assert failures(lambda_handler(sqs_event(body, ids=["m-1"]), lambda_context)) == []
+    assert started == [naming.execution_name(quick.id, 2)]
+    item = aws.states.get(quick.id)
     assert item is not None
     assert (item.state, item.attempt) == (PayloadState.PROCESSING, 2)
 
