@@ -121,23 +121,31 @@ class CycleChecks:
         return None
 
     def _join_ended_first(self, members: list[Parent], ring: Ring) -> bool:
-        """A "join" ring's join was decided before its member's wait on it was recorded.
+        """A "join" ring's join waited on nothing any more when its member's wait was recorded.
 
         The check follows a wait edge only while its waiting row is ``PROCESSING``
         (architecture.md, section 12): once the member's membership row has turned
-        terminal, the join waits on nothing and no cycle is left to close. The join's
-        decision comes after that row turned terminal (the decision counts it), and the
-        member's edge is written before its every search: a decision older than the edge
-        proves each search of the member's wait came after the join's wait had ended, and
-        the join's own search, before its members started, could not meet the member's
-        edge. No deadlock was possible; anything less proves nothing and stays a failure.
+        terminal, the join waits on nothing and no cycle is left to close. The member's
+        edge is written before its every search: a membership row resolved before the
+        edge proves each search of the member's wait came after the join's wait had
+        ended, and the join's own search, before its members started, could not meet the
+        member's edge. The join's own decision may come later (its count is retried after
+        a crash): the membership row, not the decision, is what the check reads. No
+        deadlock was possible; anything less proves nothing and stays a failure.
         """
         join = self._ring_row(members[0], ring)
         edge = self._edge(members[1], ring)
-        if not isinstance(join, JoinItem) or join.resolved_at is None or edge is None:
+        if not isinstance(join, JoinItem) or edge is None:
+            return False
+        membership = self.aws.dependencies.get_row(ring.ids[1], membership_id_for(join.join_id))
+        if membership is None or membership.resolved_at is None:
             return False
         recorded = datetime.fromisoformat(edge["created_at"]["S"])
-        return join.workflow_state is PayloadState.SUCCEEDED and join.resolved_at <= recorded
+        return (
+            join.workflow_state is PayloadState.SUCCEEDED
+            and membership.workflow_state is PayloadState.SUCCEEDED
+            and membership.resolved_at <= recorded
+        )
 
     def _ring_outcome(self, parent: Parent, ring: Ring, dead: set[str]) -> tuple[str, list[str]]:
         """How one ring parent ended, and what is wrong with that.
