@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 
 from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.core.tokens import token_hash
 from dependency_tracker.table.items import PayloadStateItem
 from dependency_tracker_cli.waitgraph import WaitGraph, execution_label, strongly_connected
 from tests.unit.cli.rows import NOW, TOKEN_PREFIX, join, waiter
@@ -119,6 +120,19 @@ def test_memberships_of_a_notified_or_missing_join_hold_nobody() -> None:
     told = row.model_copy(update={"notified_at": NOW})
     assert WaitGraph.from_rows([told, *members]).edges == []
     assert WaitGraph.from_rows(members).edges == []
+
+
+def test_a_released_join_holds_nobody_until_its_parent_sends_it_again() -> None:
+    # GIVEN a join whose one token an operator released (answered, the join undecided)
+    row, members = join("j3", ["m1", "m2"], parent="parent")
+    released = row.model_copy(
+        update={"answered": {token_hash(row.task_token): "RELEASED:r"}, "released_at": NOW}
+    )
+    # THEN it is no wait: no edge, nothing for stuck or the page
+    assert WaitGraph.from_rows([released, *members]).edges == []
+    # WHEN its parent's Retry sends it again THEN the new token's wait counts
+    again = released.model_copy(update={"retry_tokens": {"h2": "token-2"}, "released_at": None})
+    assert len(WaitGraph.from_rows([again, *members]).edges) == 3
 
 
 def test_stuck_lists_old_parents_with_what_holds_them() -> None:
