@@ -62,7 +62,11 @@ DEFAULT_RATES = {
     "manifest_overwrite": 0.25,
     # Per parent (not in a ring, no join fault): its send is throttled once, before or after
     # SQS took the message; its Task's Retry sends again with a new token.
-    "parent_send_throttled": 0.1,
+    "parent_send_throttled": 0.15,
+    # Per moment of a round (three a round; at most one per 8 parents each, at least 2):
+    # an operator releases a live parent, or reruns a failed payload (tests/chaos/operator_faults).
+    "operator_release": 0.04,
+    "operator_rerun": 0.04,
 }
 MAX_RECEIVE_COUNT = 20
 # Later parents sent again, per lost-report payload, while a takeover is left CLAIMED.

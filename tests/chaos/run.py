@@ -48,6 +48,7 @@ from typing import Any
 from dependency_tracker import app
 from dependency_tracker.core import clients, settings
 from dependency_tracker.handlers import update_state as update_state_handler
+from dependency_tracker.payloads.runner import TrackerRunner
 from dependency_tracker_local import definitions
 from dependency_tracker_local.pumps import SqsPump
 from tests.chaos.faults import FakeParents, FaultInjector
@@ -71,6 +72,7 @@ from tests.chaos.invariants import (
     Report,
 )
 from tests.chaos.message_faults import Intrusion, MessageFaults, Overwrite
+from tests.chaos.operator_faults import Claims, Operator
 from tests.chaos.workload import (
     CHAIN_STEP,
     EXPRESS,
@@ -180,6 +182,14 @@ class ChaosRun:
             injector=self.injector,
             fake=self.fake,
         )
+        self.operator = Operator(
+            aws=aws,
+            workload=self.workload,
+            records=self.records,
+            injector=self.injector,
+            fake=self.fake,
+        )
+        self.claims = Claims()
         # What _instrument sees of the handlers' flows.
         self.lease_outcomes: Counter[str] = Counter()  # after_lease: recovered, took_over
         self.lease_by_payload: dict[str, list[str]] = {}
@@ -259,6 +269,8 @@ class ChaosRun:
         self.pumps.sqs.handler = deliveries.wrap(
             "process", self.pumps.sqs.handler, sqs_source=True, between=self.messages.overwrite_due
         )
+        self.messages.process = self.pumps.sqs.handler
+        self.pumps.sqs.handler = self.messages.watch(self.pumps.sqs.handler)
         deliveries.update_state = deliveries.wrap("update-state", self.pumps.executions.handler)
         self.pumps.executions.handler = deliveries.hold_events(deliveries.update_state)
         self.pumps.stream.handler = deliveries.wrap("callback", self.pumps.stream.handler)
@@ -322,6 +334,9 @@ class ChaosRun:
             return outcome
 
         runs.after_lease = after_lease  # type: ignore[method-assign]
+        assert isinstance(root.runner, TrackerRunner)
+        assert root.runner.states is root.states
+        self.claims.attach()
         flow = root.callback
         assert root.sweeper.callback is flow
         flow.backoff = dataclasses.replace(flow.backoff, sleep=self._count_wait)
@@ -354,6 +369,7 @@ class ChaosRun:
             self.settle(timeout - (time.monotonic() - began))
             self.check(report, suffix=" (after DLQ redrive)")
         report.seconds = time.monotonic() - began
+        self.operator.close()
         return report
 
     def redrive(self) -> None:
@@ -376,6 +392,7 @@ class ChaosRun:
         """
         self.deliveries.more_parents()
         self.deliveries.send_due()
+        self.operator.moment("queue")
         moved = int(self.pumps.sqs.pump_once())
         deadline = time.monotonic() + timeout
         while managed_running(self.aws):
@@ -386,9 +403,12 @@ class ChaosRun:
         moved += self.pumps.executions.pump_once()
         if self.reports is not None:
             moved += self.reports.pump_once()
+        self.operator.moment("ended")
         self.deliveries.watch_held()
         moved += int(self.pumps.stream.pump_once())
         self.deliveries.watch_storms()
+        self.operator.moment("told")
+        moved += self.messages.late_sends()
         return moved
 
     def settle(self, timeout: float) -> None:
@@ -409,7 +429,7 @@ class ChaosRun:
                 or (deliveries.sweeper_enabled and deliveries.unanswered_storms())
             )
             quiet = 0 if busy else quiet + 1
-            if quiet >= 2 and deliveries.finish():
+            if quiet >= 2 and (deliveries.finish() or self.messages.late_sends(anyway=True)):
                 quiet = 0
             if time.monotonic() > deadline:
                 msg = f"chaos run did not settle within {timeout:.0f}s (seed {self.seed})"
@@ -439,6 +459,8 @@ class ChaosRun:
             deliveries=self.deliveries,
             messages=self.messages,
             lease_by_payload=self.lease_by_payload,
+            operator=self.operator,
+            claims=self.claims,
         )
         if report is None:
             report = invariants.new_report()
