@@ -378,7 +378,7 @@ class DeliveryFaults:
                 self.injector.storm.discard(token)
                 self.storms[token] = True
         due = time.monotonic() - self._last_sweep > CHAOS_SWEEPER_MIN_AGE_SECONDS / 2
-        if due and self.sweeper_enabled and self.unanswered_storms():
+        if due and self.sweeper_enabled and (self.unanswered_storms() or self.unswept()):
             self._sweep()
 
     def unanswered_storms(self) -> list[str]:
@@ -388,6 +388,26 @@ class DeliveryFaults:
             for token, discarded in self.storms.items()
             if discarded and token not in self.fake.sent and token not in self.fake.gone
         ]
+
+    def unswept(self) -> list[str]:
+        """Rows whose stream record was discarded (a storm's, or one whose batch failed every
+        retry) still resolved and never notified: the sweeper's, as on its schedule.
+
+        (Not only the storms' tokens nobody answered: a sweep that sent and then failed
+        before its mark leaves the parent answered and the row unmarked; the next sweep
+        marks it.)
+        """
+        left: list[str] = []
+        for record in self.pumps.stream.dead_letters:
+            keys = record["dynamodb"].get("Keys", {})
+            item = self.aws.dynamodb.get_item(
+                TableName=self.aws.dependencies.table_name, Key=keys, ConsistentRead=True
+            ).get("Item")
+            if item is None or "notified_at" in item:
+                continue
+            if item.get("workflow_state", {}).get("S", "PROCESSING") != "PROCESSING":
+                left.append(str(keys["waiter_id"]["S"]))
+        return left
 
     def _sweep(self) -> None:
         """One run of the sweeper function, as its schedule would start it."""
@@ -421,7 +441,8 @@ class DeliveryFaults:
         if self.injector.storm:
             self.injector.storm.clear()  # storms pass; their records were not discarded
             did = True
-        if self.storms and self.sweeper_enabled and not self._swept_last:
+        discarded = self.storms or self.pumps.stream.dead_letters
+        if discarded and self.sweeper_enabled and not self._swept_last:
             self._swept_last = True
             self._sweep()
             did = True

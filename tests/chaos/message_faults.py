@@ -121,6 +121,8 @@ class MessageFaults:
         # parent_send_throttled after the send: the first attempt's token -> what it did.
         self.first_attempts: dict[str, FirstAttempt] = {}
         self.send_orders: Counter[str] = Counter()  # by SEND_ORDERS and join form
+        # Parent index -> (order, join form, redeliver): a throttled send's plan, not drawn.
+        self.send_plan: dict[int, tuple[str, str, bool]] = {}
         # The process handler as its event source invokes it (set by the run).
         self.process: Handler | None = None
 
@@ -246,8 +248,10 @@ class MessageFaults:
         if not eligible or not draw(self.injector, self.seed, "parent_send_throttled", str(index)):
             return None
         rng = random.Random(f"{self.seed}|parent_send_throttled|{index}|plan")
-        order = rng.choice(SEND_ORDERS)
-        form = "wait" if parent.quorum is None else self._join_form(index, parent, rng)
+        order, form, redeliver = self.send_plan.get(
+            index, (rng.choice(SEND_ORDERS), "", rng.random() < REDELIVER_SHARE)
+        )
+        form = "wait" if parent.quorum is None else self._join_form(index, parent, rng, form)
         self.send_orders[order] += 1
         self.send_orders[f"form_{form}"] += 1
         if order == "before":
@@ -258,19 +262,22 @@ class MessageFaults:
         )
         self.fake.tokens.add(first.token)
         self.fake.parent_gone(first.token, "TaskTimedOut")
-        redeliver = order != "first_late" and rng.random() < REDELIVER_SHARE
-        attempt = FirstAttempt(parent, first, index, order, form, redeliver)
+        attempt = FirstAttempt(
+            parent, first, index, order, form, redeliver and order != "first_late"
+        )
         self.first_attempts[first.token] = attempt
         if order == "first_late":
             attempt.body = json.dumps(self.workload.body(index, first))
             return None
         return first, "before" if order == "first_then_retry" else "after"
 
-    def _join_form(self, index: int, parent: Parent, rng: random.Random) -> str:
-        """A throttled join's id and member list, the same for both sends."""
-        if rng.random() < NAMED_SHARE:
+    def _join_form(self, index: int, parent: Parent, rng: random.Random, planned: str) -> str:
+        """A throttled join's id and member list, the same for both sends (``planned``:
+        a form of JOIN_FORMS, named; "<form>_unnamed"; "" to draw both)."""
+        named = rng.random() < NAMED_SHARE if not planned else not planned.endswith("_unnamed")
+        if named:
             parent.join_id = f"chaos-{self.seed}-send-{index:04d}"
-        form = rng.choice(JOIN_FORMS)
+        form = planned.removesuffix("_unnamed") or rng.choice(JOIN_FORMS)
         if form == "manifest":
             key = f"chaos/manifests/send-{index:04d}.jsonl"
             self._put_manifest(key, parent.members)

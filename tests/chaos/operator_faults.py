@@ -11,8 +11,10 @@ account: clients of their own, which the fault injector does not touch, and whos
   waits on and its waiter (``--waiter sha256:...`` / ``join:<id>``), with ``--json``.
 * ``operator_rerun``: a payload that ended ``FAILED``, ``ABORTED`` or ``INVALID`` is
   rerun (``process[0].replace`` + ``replace_if``, the state and attempt the command
-  read); one in three twice in a row, both reading the same outcome. A document the
-  command cannot find (an Express run's input) is given with ``--from``.
+  read); one in three twice in a row, both reading the same outcome, and of those half
+  the second command's message is held back (its send retried late) until the first
+  one's attempt has ended. A document the command cannot find (an Express run's input)
+  is given with ``--from``.
 
 Each moment is one of the points of a round (:meth:`Operator.moment`); the draws are
 seeded per moment. The claims the tracker makes are recorded (:class:`Claims`), so
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from botocore.awsrequest import AWSResponse, HTTPHeaders
 
 from dependency_tracker import app
 from dependency_tracker.core.enums import PayloadState, utcnow
@@ -53,8 +56,10 @@ if TYPE_CHECKING:
 RELEASE = "operator_release"
 RERUN = "operator_rerun"
 RERUNNABLE = frozenset({PayloadState.FAILED, PayloadState.ABORTED, PayloadState.INVALID})
-# Of the reruns, this share sends twice in a row (both read the same outcome).
+# Of the reruns, this share sends twice in a row (both read the same outcome) ...
 TWICE_SHARE = 1 / 3
+# ... and of those, this share holds the second message back until the first ended.
+HELD_SHARE = 0.5
 # At most this many of each per run, whatever the rate (a run's length stays bounded).
 PER_PARENTS = 8
 
@@ -92,6 +97,9 @@ class RerunDone:
     outputs: list[dict[str, Any]] = field(default_factory=list)
     from_file: bool = False
     errors: list[str] = field(default_factory=list)
+    message_ids: list[str] = field(default_factory=list)  # what the queue took
+    held: list[str] = field(default_factory=list)  # the second message's bodies, held back
+    held_back: bool = False  # the second message was held back
 
 
 @dataclass(frozen=True)
@@ -189,6 +197,13 @@ class Operator:
         self.moments = 0
         self._target: Target | None = None
         self._files = tempfile.TemporaryDirectory(prefix="chaos-rerun-")
+        # Bounds and shares (tests raise them to see every case in a short run).
+        self.most = max(2, len(workload.parents) // PER_PARENTS)
+        self.twice_share = TWICE_SHARE
+        self.held_share = HELD_SHARE
+        self._current: RerunDone | None = None  # the rerun whose command runs now
+        self._hold = False  # its message is held back (not sent)
+        self._entries: list[dict[str, Any]] = []
 
     @property
     def target(self) -> Target:
@@ -205,6 +220,10 @@ class Operator:
                 payload_bucket=app.current().settings.payload_bucket,
             )
             self.fake.attach(target.client("stepfunctions"))
+            events = target.client("sqs").meta.events
+            events.register("before-parameter-build.sqs.SendMessageBatch", self._entries_of)
+            events.register("before-call.sqs.SendMessageBatch", self._held_back)
+            events.register("after-call.sqs.SendMessageBatch", self._taken)
             self._target = target
         return self._target
 
@@ -212,10 +231,25 @@ class Operator:
         """Remove the rerun documents written for ``--from``."""
         self._files.cleanup()
 
+    def _entries_of(self, params: dict[str, Any], **_: Any) -> None:
+        self._entries = list(params.get("Entries", []))
+
+    def _held_back(self, **_: Any) -> tuple[Any, dict[str, Any]] | None:
+        """The held rerun's send: SQS "took" it; the harness keeps the bodies for later."""
+        if not self._hold or self._current is None:
+            return None
+        self._current.held += [str(entry["MessageBody"]) for entry in self._entries]
+        taken = [{"Id": entry["Id"], "MessageId": "held"} for entry in self._entries]
+        parsed = {"Successful": taken, "Failed": [], "ResponseMetadata": {"HTTPStatusCode": 200}}
+        return AWSResponse("https://sqs.fake/", 200, HTTPHeaders(), None), parsed
+
+    def _taken(self, parsed: dict[str, Any], **_: Any) -> None:
+        if self._current is not None and not self._hold:
+            self._current.message_ids += [str(ok["MessageId"]) for ok in parsed["Successful"]]
+
     def _hit(self, kind: str, key: str, done: int) -> bool:
         rate = self.injector.rates.get(kind, 0.0)
-        most = max(2, len(self.workload.parents) // PER_PARENTS)
-        if not self.injector.enabled or rate <= 0 or done >= most:
+        if not self.injector.enabled or rate <= 0 or done >= self.most:
             return False
         return random.Random(f"{self.seed}|{kind}|{key}").random() < rate
 
@@ -248,7 +282,12 @@ class Operator:
         if not live:
             return
         index, parent = rng.choice(live)
-        what, waiter = self._address(index, parent, by_arn=rng.random() < 0.5)
+        self.release(index, parent, by_arn=rng.random() < 0.5)
+
+    def release(self, index: int, parent: Parent, *, by_arn: bool) -> ReleaseDone:
+        """``release`` parent ``index``'s wait: by its execution ARN, or by the payload id it
+        waits on and ``--waiter``; ``--yes --json``."""
+        what, waiter = self._address(index, parent, by_arn=by_arn)
         done = ReleaseDone(
             index=index,
             parent=parent,
@@ -279,6 +318,7 @@ class Operator:
         text = out.getvalue().strip()
         done.output = json.loads(text) if text else None
         self.releases.append(done)
+        return done
 
     def _address(self, index: int, parent: Parent, *, by_arn: bool) -> tuple[str, str | None]:
         """The execution ARN, or the payload id waited on and the waiter as ``waiters``
@@ -315,16 +355,39 @@ class Operator:
         done = RerunDone(
             payload_id=state.payload_id,
             seen=(state.state.value, state.attempt),
-            twice=rng.random() < TWICE_SHARE,
+            twice=rng.random() < self.twice_share,
             began=utcnow(),
         )
+        done.held_back = hold_second = done.twice and rng.random() < self.held_share
         self.injector.injected[RERUN] += 1
-        for _ in range(2 if done.twice else 1):
-            code, output = self._rerun_command(done)
-            done.exit_codes.append(code)
-            if output is not None:
-                done.outputs.append(output)
+        self._current = done
+        try:
+            for second in [False, True] if done.twice else [False]:
+                self._hold = second and hold_second
+                code, output = self._rerun_command(done)
+                done.exit_codes.append(code)
+                if output is not None:
+                    done.outputs.append(output)
+        finally:
+            self._current, self._hold = None, False
         self.reruns.append(done)
+
+    def late_reruns(self, *, anyway: bool = False) -> bool:
+        """Send each held rerun message once the attempt the first one started has ended
+        (``anyway``: at the run's quiet point). True if any was sent."""
+        did = False
+        for done in self.reruns:
+            if not done.held:
+                continue
+            state = self.aws.states.get(done.payload_id)
+            moved_on = state is not None and state.attempt > done.seen[1]
+            if anyway or (moved_on and state is not None and state.state.is_terminal):
+                for body in done.held:
+                    sent = self.aws.sqs.send_message(QueueUrl=self.aws.queue_url, MessageBody=body)
+                    done.message_ids.append(sent["MessageId"])
+                done.held = []
+                did = True
+        return did
 
     def _rerun_command(self, done: RerunDone) -> tuple[int, dict[str, Any] | None]:
         """``rerun PAYLOAD_ID --skip-others --json``; with ``--from`` when it finds no

@@ -7,8 +7,11 @@
 * :data:`SUCCEEDED_RUNS`: no payload whose recorded state was ``SUCCEEDED`` is claimed
   again unless the message replaced a ``SUCCEEDED`` payload on purpose (``replace``
   without ``replace_if``, or a ``replace_if`` naming ``SUCCEEDED``); a claim by a
-  message with ``replace_if`` replaced exactly the state and attempt it names; no
-  outcome is replaced twice (two reruns of one outcome start one attempt).
+  message with ``replace_if`` that replaced an outcome replaced exactly the state and
+  attempt it names, and a ``rerun`` command's message replaced only the outcome the
+  command read (however late it came); no outcome is replaced twice (two reruns of one
+  outcome start one attempt). A lease's takeover of a live attempt (a ``CLAIMED`` or
+  ``PROCESSING`` one) replaces no outcome: any submission may make it.
 
 Reads the operator's records (:class:`~tests.chaos.operator_faults.Operator`), the
 claims the tracker made (:class:`~tests.chaos.operator_faults.Claims`), what each
@@ -21,7 +24,7 @@ import json
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.core.enums import TERMINAL_STATES, DependencyError, PayloadState
 from dependency_tracker.core.tokens import redact_token, token_hash
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.table.items import WaiterItem, waiter_id_for
@@ -36,6 +39,7 @@ RELEASES = "released parents: DependencyReleased once, as the command reported"
 SUCCEEDED_RUNS = "no succeeded payload runs again; a rerun replaces only what it saw, once"
 RELEASED = DependencyError.RELEASED.value
 SUCCEEDED = PayloadState.SUCCEEDED.value
+TERMINAL = frozenset(state.value for state in TERMINAL_STATES)
 # The exit codes a release may end with here: released (0), nothing released (3), no row
 # yet (5: the parent's message not processed yet).
 RELEASE_EXITS = frozenset({0, 3, 5})
@@ -135,6 +139,22 @@ class OperatorChecks:
 
     # -------------------------------------------------------------- claims
 
+    def _rerun_claims(self) -> list[str]:
+        """A rerun's message claimed nothing but the outcome its command read, whatever it
+        sent (``replace_if`` or not) and however late it came."""
+        read = {mid: done for done in self.operator.reruns for mid in done.message_ids}
+        problems: list[str] = []
+        for claim in self.claims.made:
+            done = read.get(claim.message_id or "")
+            if claim.seen_state not in TERMINAL:
+                continue  # a lease's takeover of a live attempt, not a replacement
+            if done is not None and (claim.seen_state, claim.seen_attempt) != done.seen:
+                problems.append(
+                    f"{claim.payload_id}: a rerun that read {done.seen[0]} attempt "
+                    f"{done.seen[1]} replaced {claim.seen_state} attempt {claim.seen_attempt}"
+                )
+        return problems
+
     def succeeded_runs(self, counts: dict[str, int]) -> list[str]:
         """No claim replaced a SUCCEEDED payload unasked; replace_if held; once per outcome."""
         problems: list[str] = []
@@ -152,7 +172,7 @@ class OperatorChecks:
                         f"{label}: claimed over SUCCEEDED attempt {claim.seen_attempt} "
                         f"(replace {claim.replace}, replace_if {claim.replace_if})"
                     )
-            if claim.replace_if is not None:
+            if claim.replace_if is not None and claim.seen_state in TERMINAL:
                 by_rerun += 1
                 state, attempt = claim.replace_if
                 if claim.seen_state != state or attempt not in (None, claim.seen_attempt):
@@ -160,6 +180,7 @@ class OperatorChecks:
                         f"{label}: replace_if {claim.replace_if}, replaced "
                         f"{claim.seen_state} attempt {claim.seen_attempt}"
                     )
+        problems += self._rerun_claims()
         problems += [
             f"{pid}: {state} attempt {attempt} replaced {n} times"
             for (pid, state, attempt), n in sorted(replaced.items(), key=str)
@@ -179,6 +200,7 @@ class OperatorChecks:
         ]
         counts.update(
             claims=len(self.claims.made),
+            reruns_second_held=sum(done.held_back for done in reruns),
             reruns=len(reruns),
             reruns_twice=sum(done.twice for done in reruns),
             reruns_from_file=sum(done.from_file for done in reruns),

@@ -409,6 +409,7 @@ class ChaosRun:
         self.deliveries.watch_storms()
         self.operator.moment("told")
         moved += self.messages.late_sends()
+        moved += self.operator.late_reruns()
         return moved
 
     def settle(self, timeout: float) -> None:
@@ -426,10 +427,17 @@ class ChaosRun:
                 or not queue_empty(self.aws)
                 or not self._reports_empty()
                 or deliveries.late
-                or (deliveries.sweeper_enabled and deliveries.unanswered_storms())
+                or (
+                    deliveries.sweeper_enabled
+                    and (deliveries.unanswered_storms() or deliveries.unswept())
+                )
             )
             quiet = 0 if busy else quiet + 1
-            if quiet >= 2 and (deliveries.finish() or self.messages.late_sends(anyway=True)):
+            if quiet >= 2 and (
+                deliveries.finish()
+                or self.messages.late_sends(anyway=True)
+                or self.operator.late_reruns(anyway=True)
+            ):
                 quiet = 0
             if time.monotonic() > deadline:
                 msg = f"chaos run did not settle within {timeout:.0f}s (seed {self.seed})"
