@@ -18,9 +18,21 @@ EventBridge retries the event.
 
 A parent's own send may be throttled (``parent_send_throttled``): its Task's ``Retry``
 sends again on a new token. Throttled before SQS took the message, nothing of the
-first token reaches the tracker; after, its message is delivered and answered, and
-the answer is refused (``TaskTimedOut``, the first attempt's task is closed): the
-tracker must drop it as a parent gone, and the parent hears only its retry's answer.
+first token reaches the tracker; after, its message is delivered before the retry's,
+after it, or only once the parent was answered, and one delivered on time may be
+delivered again (the same SQS record) after the parent was answered. Its answer is
+refused (``TaskTimedOut``, the first attempt's task is closed): the tracker must drop
+it as a parent gone, and the parent hears only its retry's answer. Joins too: most
+name a ``join_id``, so that both sends are one wait (the row keeps both tokens and
+answers each once), inline, by manifest or as ``{"url"}`` members.
+
+An operator acts at drawn moments of each round (:mod:`tests.chaos.operator_faults`,
+the CLI's own commands in-process): ``operator_release`` releases a live parent (by its
+execution ARN, or the payload id and ``--waiter``), ``operator_rerun`` reruns a payload
+that ended ``FAILED``/``ABORTED``/``INVALID`` (``replace`` + ``replace_if``; sometimes
+twice, both reading the same outcome, the second message held back until the first's
+attempt ended). Every claim the tracker makes is recorded, so that no ``SUCCEEDED``
+payload is seen to run again unasked, and no rerun to replace what it did not read.
 
 Joins meet two faults of their own: ``join_id_reuse`` (another parent's join names
 the same ``join_id`` as the owner's registration moves on to its second chunk) and
@@ -28,13 +40,17 @@ the same ``join_id`` as the owner's registration moves on to its second chunk) a
 chunk registered). No parent may then be answered with a member it did not name.
 
 After the run settles, the invariants are checked (rows and parents of
-dead-lettered messages exempt); if the DLQ holds anything, it is redriven with
+dead-lettered messages exempt): among them, each parent answered once with its outcome
+(``DependencyReleased`` if an operator released it, as the command reported); no token
+answered but its parent's, each join token once; no cycle refused through a wait
+released before the refusal; if the DLQ holds anything, it is redriven with
 faults off, and every invariant is checked again without exemptions.
 
 The run is put together from parts: :mod:`tests.chaos.workload` (the parents, rings and
-their messages), :mod:`tests.chaos.injection` and :mod:`tests.chaos.message_faults` (the
-harness's own faults and what they did) and :mod:`tests.chaos.invariants` (the report and
-every check). :class:`ChaosRun` wires them to the pumps and drives the run.
+their messages), :mod:`tests.chaos.injection`, :mod:`tests.chaos.message_faults` and
+:mod:`tests.chaos.operator_faults` (the harness's own faults and what they did) and
+:mod:`tests.chaos.invariants` (the report and every check). :class:`ChaosRun` wires them
+to the pumps and drives the run.
 """
 
 from __future__ import annotations
