@@ -293,8 +293,9 @@ class JoinChecks:
         one when the two sends are one wait); every token in ``answered`` is one of them;
         once ``notified_at`` is set every one is answered; the parent's own token is
         answered ``SENT:`` (or ``RELEASED:``) as the parent heard the tracker (or the
-        operator), or ``PARENT_GONE:InvalidToken`` when the tracker's send was made again
-        after a crash (the parent heard the first one; the re-send was refused).
+        operator), or ``PARENT_GONE:<code>`` when the tracker's send was made again after a
+        crash (the parent heard the first one; the re-send was refused ``InvalidToken``, or
+        told the parent-gone code a fault injected on it).
         """
         problems = [
             f"{token[:24]}...: {n} send(s) to a token no parent held"
@@ -335,8 +336,10 @@ class JoinChecks:
             return [] if not sends or join.notified_at is None else ["heard, never answered"]
         if sends[0].error == DependencyError.RELEASED.value:
             return [] if told.startswith("RELEASED:") else [f"released, answered {told}"]
-        if told.startswith("SENT:") or (
-            told == "PARENT_GONE:InvalidToken" and self.fake.late.get(parent.token)
-        ):
+        # A re-send after a crash (the parent heard the first) is refused: InvalidToken, or
+        # the parent-gone code a fault injected on that re-send told the tracker.
+        resent = {"InvalidToken"} if self.fake.late.get(parent.token) else set()
+        resent |= self.fake.told_gone.get(parent.token, set())
+        if told.startswith("SENT:") or told in {f"PARENT_GONE:{code}" for code in resent}:
             return []
         return [f"heard {sends[0].operation} {sends[0].error}, answered {told}"]
