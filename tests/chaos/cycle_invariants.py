@@ -27,21 +27,34 @@ from tests.chaos.workload import CYCLE
 if TYPE_CHECKING:
     from dependency_tracker.table.items import PayloadStateItem
     from tests.chaos.faults import FakeParents, Sent
+    from tests.chaos.operator_faults import ReleaseDone
     from tests.chaos.workload import Parent, Records, Ring, Workload
     from tests.conftest import Aws
 
 CYCLES = "dependency cycles: one of each refused, nothing else sent"
+CYCLES_HELD = "no cycle refused that the wait graph does not hold"
+RELEASED = DependencyError.RELEASED.value
 SUCCEEDED_JOIN = frozenset({"succeeded", "succeeded_gone"})  # a "join" ring's join let through
 
 
 class CycleChecks:
     """Checks every ring of the run against what its parents heard and what the rows say."""
 
-    def __init__(self, *, aws: Aws, workload: Workload, records: Records, fake: FakeParents):
+    def __init__(
+        self,
+        *,
+        aws: Aws,
+        workload: Workload,
+        records: Records,
+        fake: FakeParents,
+        released: dict[str, ReleaseDone] | None = None,
+    ):
         self.aws = aws
         self.workload = workload
         self.records = records
         self.fake = fake
+        # Parent token -> the operator's release that failed it (DependencyReleased).
+        self.released = released or {}
 
     @property
     def joins(self) -> JoinStore:
@@ -105,6 +118,10 @@ class CycleChecks:
             return "cycles_refused_all" if refused == len(outcomes) else "cycles_refused_some"
         if "left" in outcomes:
             return "cycles_left_for_redrive"
+        if "released" in outcomes:
+            # An operator ended one of its waits: the cycle may never have stood whole
+            # (a refusal after the release would be one the graph does not hold).
+            return "cycles_released"
         ring = members[0].ring
         if ring is None or ring.shape != "join" or outcomes[0] not in SUCCEEDED_JOIN:
             return None
@@ -151,7 +168,8 @@ class CycleChecks:
         """How one ring parent ended, and what is wrong with that.
 
         Outcomes: refused, refused_gone, waiting, succeeded (a "join" ring's join),
-        succeeded_gone, or left (dead-lettered, nothing heard: for the redrive).
+        succeeded_gone, released (an operator's release failed it: the release check), or
+        left (dead-lettered, nothing heard: for the redrive).
         """
         row = self._ring_row(parent, ring)
         sends = self.fake.sent.get(parent.token, [])
@@ -177,6 +195,8 @@ class CycleChecks:
             for again in self.fake.late.get(parent.token, [])
             if (again.operation, again.error) != (sent.operation, sent.error)
         ]
+        if sent.error == RELEASED and parent.token in self.released:
+            return "released", problems
         if sent.operation == "SendTaskFailure" and sent.error == CYCLE:
             problems += self._ring_cause(parent, ring, json.loads(sent.cause or "{}"))
             if not self._ring_refused(parent, ring, row):
@@ -274,3 +294,38 @@ class CycleChecks:
         recorded = [entry["S"] for entry in edge.get("refused_cycle", {}).get("L", [])]
         expected = ring.cycle_from(parent.position)
         return [] if recorded == expected else [f"edge records cycle {recorded}, not {expected}"]
+
+    # ------------------------------------------------------ refusals the graph held
+
+    def refusals_held(self, counts: dict[str, int]) -> list[str]:
+        """Each refusal was decided while every other wait of its cycle was live.
+
+        A wait refused with ``DependencyCycle`` (its edge's ``refused_at``) closes a cycle
+        only through waits still waiting: none of the ring's other waits may have been
+        released by the operator before it (a released waiter row is no longer
+        ``PROCESSING``; a released join no longer counts). The operator's commands run
+        between the handlers' invocations, so "before" is exact: the release had
+        returned before the refusal's time.
+        """
+        problems: list[str] = []
+        checked = 0
+        parents = self.workload.parents
+        for ring in self.workload.rings:
+            members = [p for p in parents if p.ring is ring]
+            for parent in members:
+                edge = self._edge(parent, ring)
+                if edge is None or "refused_at" not in edge:
+                    continue
+                checked += 1
+                at = datetime.fromisoformat(edge["refused_at"]["S"])
+                for other in members:
+                    done = self.released.get(other.token)
+                    if other is parent or done is None or done.ended > at:
+                        continue
+                    problems.append(
+                        f"ring {ring.index} ({ring.shape}): {ring.ids[parent.position]} refused "
+                        f"at {at.isoformat()} through {ring.ids[other.position]}, released "
+                        f"at {done.ended.isoformat()}"
+                    )
+        counts["cycle_refusals_checked"] = checked
+        return problems

@@ -40,7 +40,8 @@ Kinds:
 
 Faults of the harness itself (``express_report_lost``, ``late_event``,
 ``stale_redelivery``, ``duplicate_delivery``, and the joins' ``join_id_reuse``
-and ``manifest_overwrite``, and ``parent_send_throttled``) are counted here too, by the harness
+and ``manifest_overwrite``, ``parent_send_throttled``, and the operator's
+``operator_release`` and ``operator_rerun``) are counted here too, by the harness
 (:mod:`tests.chaos.run`).
 """
 
@@ -102,6 +103,8 @@ ALL_KINDS = (
     "join_id_reuse",  # the harness sends another parent's join naming an owner's join_id
     "manifest_overwrite",  # the harness replaces a join's manifest after its first chunk
     "parent_send_throttled",  # the harness throttles a parent's send once (Task Retry)
+    "operator_release",  # the harness runs `dependency-tracker release` on a live parent
+    "operator_rerun",  # the harness runs `dependency-tracker rerun` (twice, one in three)
 )
 
 _handler: contextvars.ContextVar[str] = contextvars.ContextVar("chaos_handler", default="-")
@@ -356,6 +359,8 @@ class FakeParents:
     refused: Counter[str] = field(default_factory=Counter)
     late: dict[str, list[Sent]] = field(default_factory=dict)  # refused sends, kept
     gone: dict[str, str] = field(default_factory=dict)
+    # Sends to a token no parent ever held (each is refused InvalidToken).
+    unknown: Counter[str] = field(default_factory=Counter)
     # Every parent-gone code a token's sends were told: the plan's, and injected ones.
     told_gone: dict[str, set[str]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -384,6 +389,8 @@ class FakeParents:
                 error=body.get("error"),
                 cause=body.get("cause"),
             )
+            if token not in self.tokens:
+                self.unknown[token] += 1
             if token not in self.tokens or token in self.sent:
                 self.refused[token] += 1
                 self.late.setdefault(token, []).append(sent)

@@ -62,7 +62,11 @@ DEFAULT_RATES = {
     "manifest_overwrite": 0.25,
     # Per parent (not in a ring, no join fault): its send is throttled once, before or after
     # SQS took the message; its Task's Retry sends again with a new token.
-    "parent_send_throttled": 0.1,
+    "parent_send_throttled": 0.15,
+    # Per moment of a round (three a round; at most one per 8 parents each, at least 2):
+    # an operator releases a live parent, or reruns a failed payload (tests/chaos/operator_faults).
+    "operator_release": 0.04,
+    "operator_rerun": 0.04,
 }
 MAX_RECEIVE_COUNT = 20
 # Later parents sent again, per lost-report payload, while a takeover is left CLAIMED.
@@ -377,7 +381,7 @@ class DeliveryFaults:
                 self.injector.storm.discard(token)
                 self.storms[token] = True
         due = time.monotonic() - self._last_sweep > CHAOS_SWEEPER_MIN_AGE_SECONDS / 2
-        if due and self.sweeper_enabled and self.unanswered_storms():
+        if due and self.sweeper_enabled and (self.unanswered_storms() or self.unswept()):
             self._sweep()
 
     def unanswered_storms(self) -> list[str]:
@@ -387,6 +391,26 @@ class DeliveryFaults:
             for token, discarded in self.storms.items()
             if discarded and token not in self.fake.sent and token not in self.fake.gone
         ]
+
+    def unswept(self) -> list[str]:
+        """Rows whose stream record was discarded (a storm's, or one whose batch failed every
+        retry) still resolved and never notified: the sweeper's, as on its schedule.
+
+        (Not only the storms' tokens nobody answered: a sweep that sent and then failed
+        before its mark leaves the parent answered and the row unmarked; the next sweep
+        marks it.)
+        """
+        left: list[str] = []
+        for record in self.pumps.stream.dead_letters:
+            keys = record["dynamodb"].get("Keys", {})
+            item = self.aws.dynamodb.get_item(
+                TableName=self.aws.dependencies.table_name, Key=keys, ConsistentRead=True
+            ).get("Item")
+            if item is None or "notified_at" in item:
+                continue
+            if item.get("workflow_state", {}).get("S", "PROCESSING") != "PROCESSING":
+                left.append(str(keys["waiter_id"]["S"]))
+        return left
 
     def _sweep(self) -> None:
         """One run of the sweeper function, as its schedule would start it."""
@@ -420,7 +444,8 @@ class DeliveryFaults:
         if self.injector.storm:
             self.injector.storm.clear()  # storms pass; their records were not discarded
             did = True
-        if self.storms and self.sweeper_enabled and not self._swept_last:
+        discarded = self.storms or self.pumps.stream.dead_letters
+        if discarded and self.sweeper_enabled and not self._swept_last:
             self._swept_last = True
             self._sweep()
             did = True

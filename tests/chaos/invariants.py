@@ -25,9 +25,16 @@ from dependency_tracker.payloads.runs import lease_seconds
 from dependency_tracker.table.items import join_partition_for, membership_id_for, waiter_id_for
 from dependency_tracker.table.keys import partition_key
 from dependency_tracker.table.rows import is_bookkeeping_item, row_from_item
-from tests.chaos.cycle_invariants import CYCLES, CycleChecks
+from tests.chaos.cycle_invariants import CYCLES, CYCLES_HELD, CycleChecks
 from tests.chaos.join_invariants import JoinChecks
 from tests.chaos.message_faults import allowed_errors
+from tests.chaos.operator_invariants import (
+    RELEASED,
+    RELEASES,
+    SUCCEEDED_RUNS,
+    OperatorChecks,
+    released_by_command,
+)
 from tests.chaos.workload import EXPRESS, WINS
 from tests.conftest import PREFIX
 
@@ -35,7 +42,8 @@ if TYPE_CHECKING:
     from dependency_tracker.table.items import PayloadStateItem
     from tests.chaos.faults import FakeParents, FaultInjector, Sent
     from tests.chaos.injection import DeliveryFaults
-    from tests.chaos.message_faults import MessageFaults
+    from tests.chaos.message_faults import FirstAttempt, MessageFaults
+    from tests.chaos.operator_faults import Claims, Operator
     from tests.chaos.workload import Parent, Records, Workload
     from tests.conftest import Aws
 
@@ -51,6 +59,7 @@ REDELIVERIES = "older events delivered again: stale or repeated, nothing changed
 STORMS = "callback storms: nothing dropped, each parent answered once"
 NAMED_MEMBERS = "no parent answered with a member it did not name"
 FIRST_ATTEMPTS = "a throttled send's first token: answered, refused, recorded gone"
+TOKENS = "no token answered but its parent's; each join token answered once"
 
 
 @dataclass
@@ -104,6 +113,8 @@ class Invariants:
         deliveries: DeliveryFaults,
         messages: MessageFaults,
         lease_by_payload: dict[str, list[str]],
+        operator: Operator,
+        claims: Claims,
     ) -> None:
         self.aws = aws
         self.workload = workload
@@ -113,10 +124,22 @@ class Invariants:
         self.deliveries = deliveries
         self.messages = messages
         self.lease_by_payload = lease_by_payload
+        self.operator = operator
         self.joins = JoinChecks(
             aws=aws, workload=workload, records=records, fake=fake, messages=messages
         )
-        self.cycles = CycleChecks(aws=aws, workload=workload, records=records, fake=fake)
+        self.released = released_by_command(operator)
+        self.cycles = CycleChecks(
+            aws=aws, workload=workload, records=records, fake=fake, released=self.released
+        )
+        self.operations = OperatorChecks(
+            aws=aws,
+            workload=workload,
+            records=records,
+            fake=fake,
+            operator=operator,
+            claims=claims,
+        )
         # Express attempts claimed, never started, taken over (found by the executions check).
         self.express_unstarted = 0
 
@@ -140,6 +163,7 @@ class Invariants:
         invariants[EXECUTIONS + suffix] = self._executions()
         invariants[JOINS + suffix] = self.joins.decided_once(counts)
         invariants[CYCLES + suffix] = self.cycles.check(counts, self._states())
+        invariants[CYCLES_HELD + suffix] = self.cycles.refusals_held(counts)
         invariants[EXPRESS_RUNS + suffix] = self._express_runs(counts)
         invariants[LOST_REPORTS + suffix] = self._lost_reports()
         invariants[LATE_EVENTS + suffix] = self._late_events()
@@ -147,6 +171,9 @@ class Invariants:
         invariants[STORMS + suffix] = self._storms(counts)
         invariants[NAMED_MEMBERS + suffix] = self.joins.named_members(counts)
         invariants[FIRST_ATTEMPTS + suffix] = self._first_attempts(counts)
+        invariants[TOKENS + suffix] = self.joins.tokens(counts, self.messages.first_attempts)
+        invariants[RELEASES + suffix] = self.operations.releases(counts)
+        invariants[SUCCEEDED_RUNS + suffix] = self.operations.succeeded_runs(counts)
 
     def _states(self) -> dict[str, PayloadStateItem]:
         return self.workload.states(self.aws.states)
@@ -187,6 +214,7 @@ class Invariants:
     def _resumes(self) -> list[str]:
         problems: list[str] = []
         dead = self.records.dead_tokens
+        attempted = {done.parent.token for done in self.operator.releases}
         for parent in self.workload.parents:
             if parent.ring is not None:
                 continue  # what it may hear depends on the rest of its ring: the cycle check
@@ -201,10 +229,15 @@ class Invariants:
             if len(sends) != 1:
                 problems.append(f"{label}: resumed {len(sends)} times")
                 continue
-            problems.extend(f"{label}: {problem}" for problem in self._outcome(parent, sends[0]))
+            allowed = allowed_errors(parent, self.messages.overwrites)
+            if parent.token in attempted:
+                allowed.add(RELEASED)  # an operator released it (RELEASES checks by whom)
+            problems.extend(
+                f"{label}: {problem}" for problem in self._outcome(parent, sends[0], allowed)
+            )
         return problems
 
-    def _outcome(self, parent: Parent, sent: Sent) -> list[str]:
+    def _outcome(self, parent: Parent, sent: Sent, allowed: set[str | None]) -> list[str]:
         """What is wrong with the send that resumed ``parent`` (and any re-send)."""
         problems = [
             f"contradictory re-send {again.error} after {sent.error}"
@@ -212,7 +245,7 @@ class Invariants:
             if (again.operation, again.error) != (sent.operation, sent.error)
         ]
         pid = self.workload.pid
-        if sent.error not in allowed_errors(parent, self.messages.overwrites):
+        if sent.error not in allowed:
             problems.append(f"expected {parent.expected_error}, got {sent.error}")
         elif sent.error is None and parent.quorum is None:
             output = json.loads(sent.output or "{}")
@@ -234,43 +267,61 @@ class Invariants:
     def _first_attempts(self, counts: dict[str, int]) -> list[str]:
         """A throttled send's first token, delivered: answered once, refused, recorded gone.
 
-        Its row (a waiter row, or a join's row) ends notified ``PARENT_GONE:TaskTimedOut``, or
-        with the code an injected fault told its send instead (the tracker did not retry it,
-        nor dead-letter it); its parent, by its retry's token,
-        is checked with the others (resumed once, right outcome).
+        Its row (a waiter row, a join's row keyed by its token, or the parent's named join,
+        whose ``answered`` holds it) ends answered ``PARENT_GONE:TaskTimedOut``, or with the
+        code an injected fault told its send instead (the tracker did not retry it, nor
+        dead-letter it), or ``RELEASED`` by a release of its parent execution that failed
+        the parent; whatever the order its message came in (before the retry's, after it,
+        after the parent was answered) and however late it was delivered again. Its
+        parent, by its retry's token, is checked with the others (resumed once, right
+        outcome).
         """
         problems: list[str] = []
         dead = self.records.dead_tokens
         gone = 0
         first_attempts = self.messages.first_attempts
-        for token, parent in sorted(first_attempts.items()):
+        for token, attempt in sorted(first_attempts.items()):
+            parent = attempt.parent
             if token in dead:
                 continue  # left for the redrive, as any dead-lettered message
-            label = f"first attempt {token[:24]}... of {parent.token[:24]}..."
+            label = f"first attempt ({attempt.order}, {attempt.form}) {token[:24]}..."
             if self.fake.sent.get(token):
                 problems.append(f"{label}: resumed")
-            if parent.quorum is not None:
-                key = {"payload_id": join_partition_for(token_hash(token)), "waiter_id": "join"}
-            else:
-                pid = parent.wait_for or self.workload.pid(parent.members[0])
-                key = {"payload_id": partition_key(pid), "waiter_id": waiter_id_for(token)}
-            item = self.aws.dynamodb.get_item(
-                TableName=self.aws.dependencies.table_name,
-                Key={name: {"S": value} for name, value in key.items()},
-                ConsistentRead=True,
-            ).get("Item")
-            outcome = None if item is None else item.get("notify_outcome", {}).get("S")
+            outcome = self._first_outcome(attempt)
             # TaskTimedOut, or what an injected fault told a send instead (InvalidToken).
             told = self.fake.told_gone.get(token, set()) | {"TaskTimedOut"}
-            if outcome not in {f"PARENT_GONE:{code}" for code in told}:
-                problems.append(f"{label}: row {key} notify_outcome {outcome}")
+            allowed = {f"PARENT_GONE:{code}" for code in told}
+            released = outcome is not None and outcome.startswith("RELEASED:")
+            if outcome not in allowed and not (released and parent.token in self.released):
+                problems.append(f"{label}: answered {outcome}")
             else:
                 gone += 1
+        orders = self.messages.send_orders
         counts.update(
             parent_sends_throttled_after_send=len(first_attempts),
             first_attempts_gone=gone,
+            first_sent_late=sum(a.sent_late for a in first_attempts.values()),
+            first_redelivered_late=sum(
+                a.redelivered and a.record is not None for a in first_attempts.values()
+            ),
+            **{f"throttled_{name}": n for name, n in sorted(orders.items())},
         )
         return problems
+
+    def _first_outcome(self, attempt: FirstAttempt) -> str | None:
+        """How the first attempt's token was answered, as its row records it."""
+        parent, token = attempt.parent, attempt.first.token
+        if parent.quorum is not None:
+            join, _, _ = self.joins.joins.read(attempt.first.join_key)
+            return None if join is None else join.answered.get(token_hash(token))
+        pid = parent.wait_for or self.workload.pid(parent.members[0])
+        key = {"payload_id": partition_key(pid), "waiter_id": waiter_id_for(token)}
+        item = self.aws.dynamodb.get_item(
+            TableName=self.aws.dependencies.table_name,
+            Key={name: {"S": value} for name, value in key.items()},
+            ConsistentRead=True,
+        ).get("Item")
+        return None if item is None else item.get("notify_outcome", {}).get("S")
 
     # ---------------------------------------------------------------- rows
 

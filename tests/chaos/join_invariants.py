@@ -15,6 +15,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.core.tokens import token_hash
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.table.items import membership_id_for
 from dependency_tracker.table.keys import partition_key
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from dependency_tracker.joins.outputs import MemberOutcome
     from dependency_tracker.table.join_items import JoinItem
     from tests.chaos.faults import FakeParents, Sent
-    from tests.chaos.message_faults import MessageFaults
+    from tests.chaos.message_faults import FirstAttempt, MessageFaults
     from tests.chaos.workload import Parent, Records, Workload
     from tests.conftest import Aws
 
@@ -281,3 +282,64 @@ class JoinChecks:
             manifest_overwrite_unchanged=outcomes["unchanged"],
         )
         return problems
+
+    # ------------------------------------------------------------------ tokens
+
+    def tokens(self, counts: dict[str, int], first_attempts: dict[str, FirstAttempt]) -> list[str]:
+        """No send reached a token no parent held; each join row holds and answers only its
+        parent's tokens, each once, and the token its parent holds as the parent heard it.
+
+        A join row's tokens are its parent's (the retry's, and a throttled send's first
+        one when the two sends are one wait); every token in ``answered`` is one of them;
+        once ``notified_at`` is set every one is answered; the parent's own token is
+        answered ``SENT:`` (or ``RELEASED:``) as the parent heard the tracker (or the
+        operator), or ``PARENT_GONE:<code>`` when the tracker's send was made again after a
+        crash (the parent heard the first one; the re-send was refused ``InvalidToken``, or
+        told the parent-gone code a fault injected on it).
+        """
+        problems = [
+            f"{token[:24]}...: {n} send(s) to a token no parent held"
+            for token, n in sorted(self.fake.unknown.items())
+        ]
+        firsts: dict[str, set[str]] = {}
+        for token, attempt in first_attempts.items():
+            firsts.setdefault(attempt.parent.token, set()).add(token)
+        dead = self.records.dead_tokens
+        joins = self.joins
+        checked = tokens = 0
+        for parent in self.workload.parents:
+            if parent.quorum is None or parent.fault is not None or parent.token in dead:
+                continue
+            join = joins.get(parent.join_key)
+            if join is None:
+                continue
+            checked += 1
+            label = f"join {parent.join_key[:16]}..."
+            own = {token_hash(t) for t in {parent.token} | firsts.get(parent.token, set())}
+            held = join.tokens()
+            tokens += len(held)
+            if strangers := set(held) - own:
+                problems.append(f"{label}: holds {len(strangers)} token(s) of no send of its own")
+            if strangers := set(join.answered) - set(held):
+                problems.append(f"{label}: answered {len(strangers)} token(s) it does not hold")
+            if join.notified_at is not None and (unanswered := set(held) - set(join.answered)):
+                problems.append(f"{label}: notified, {len(unanswered)} token(s) unanswered")
+            problems += [f"{label}: {p}" for p in self._held_answer(parent, join)]
+        counts.update(join_rows_tokens_checked=checked, join_tokens=tokens)
+        return problems
+
+    def _held_answer(self, parent: Parent, join: JoinItem) -> list[str]:
+        """The parent's own token is answered as the parent heard it."""
+        sends = self.fake.sent.get(parent.token, [])
+        told = join.answered.get(token_hash(parent.token))
+        if not sends or told is None:
+            return [] if not sends or join.notified_at is None else ["heard, never answered"]
+        if sends[0].error == DependencyError.RELEASED.value:
+            return [] if told.startswith("RELEASED:") else [f"released, answered {told}"]
+        # A re-send after a crash (the parent heard the first) is refused: InvalidToken, or
+        # the parent-gone code a fault injected on that re-send told the tracker.
+        resent = {"InvalidToken"} if self.fake.late.get(parent.token) else set()
+        resent |= self.fake.told_gone.get(parent.token, set())
+        if told.startswith("SENT:") or told in {f"PARENT_GONE:{code}" for code in resent}:
+            return []
+        return [f"heard {sends[0].operation} {sends[0].error}, answered {told}"]

@@ -18,9 +18,21 @@ EventBridge retries the event.
 
 A parent's own send may be throttled (``parent_send_throttled``): its Task's ``Retry``
 sends again on a new token. Throttled before SQS took the message, nothing of the
-first token reaches the tracker; after, its message is delivered and answered, and
-the answer is refused (``TaskTimedOut``, the first attempt's task is closed): the
-tracker must drop it as a parent gone, and the parent hears only its retry's answer.
+first token reaches the tracker; after, its message is delivered before the retry's,
+after it, or only once the parent was answered, and one delivered on time may be
+delivered again (the same SQS record) after the parent was answered. Its answer is
+refused (``TaskTimedOut``, the first attempt's task is closed): the tracker must drop
+it as a parent gone, and the parent hears only its retry's answer. Joins too: most
+name a ``join_id``, so that both sends are one wait (the row keeps both tokens and
+answers each once), inline, by manifest or as ``{"url"}`` members.
+
+An operator acts at drawn moments of each round (:mod:`tests.chaos.operator_faults`,
+the CLI's own commands in-process): ``operator_release`` releases a live parent (by its
+execution ARN, or the payload id and ``--waiter``), ``operator_rerun`` reruns a payload
+that ended ``FAILED``/``ABORTED``/``INVALID`` (``replace`` + ``replace_if``; sometimes
+twice, both reading the same outcome, the second message held back until the first's
+attempt ended). Every claim the tracker makes is recorded, so that no ``SUCCEEDED``
+payload is seen to run again unasked, and no rerun to replace what it did not read.
 
 Joins meet two faults of their own: ``join_id_reuse`` (another parent's join names
 the same ``join_id`` as the owner's registration moves on to its second chunk) and
@@ -28,13 +40,17 @@ the same ``join_id`` as the owner's registration moves on to its second chunk) a
 chunk registered). No parent may then be answered with a member it did not name.
 
 After the run settles, the invariants are checked (rows and parents of
-dead-lettered messages exempt); if the DLQ holds anything, it is redriven with
+dead-lettered messages exempt): among them, each parent answered once with its outcome
+(``DependencyReleased`` if an operator released it, as the command reported); no token
+answered but its parent's, each join token once; no cycle refused through a wait
+released before the refusal; if the DLQ holds anything, it is redriven with
 faults off, and every invariant is checked again without exemptions.
 
 The run is put together from parts: :mod:`tests.chaos.workload` (the parents, rings and
-their messages), :mod:`tests.chaos.injection` and :mod:`tests.chaos.message_faults` (the
-harness's own faults and what they did) and :mod:`tests.chaos.invariants` (the report and
-every check). :class:`ChaosRun` wires them to the pumps and drives the run.
+their messages), :mod:`tests.chaos.injection`, :mod:`tests.chaos.message_faults` and
+:mod:`tests.chaos.operator_faults` (the harness's own faults and what they did) and
+:mod:`tests.chaos.invariants` (the report and every check). :class:`ChaosRun` wires them
+to the pumps and drives the run.
 """
 
 from __future__ import annotations
@@ -48,6 +64,7 @@ from typing import Any
 from dependency_tracker import app
 from dependency_tracker.core import clients, settings
 from dependency_tracker.handlers import update_state as update_state_handler
+from dependency_tracker.payloads.runner import TrackerRunner
 from dependency_tracker_local import definitions
 from dependency_tracker_local.pumps import SqsPump
 from tests.chaos.faults import FakeParents, FaultInjector
@@ -71,6 +88,7 @@ from tests.chaos.invariants import (
     Report,
 )
 from tests.chaos.message_faults import Intrusion, MessageFaults, Overwrite
+from tests.chaos.operator_faults import Claims, Operator
 from tests.chaos.workload import (
     CHAIN_STEP,
     EXPRESS,
@@ -180,6 +198,14 @@ class ChaosRun:
             injector=self.injector,
             fake=self.fake,
         )
+        self.operator = Operator(
+            aws=aws,
+            workload=self.workload,
+            records=self.records,
+            injector=self.injector,
+            fake=self.fake,
+        )
+        self.claims = Claims()
         # What _instrument sees of the handlers' flows.
         self.lease_outcomes: Counter[str] = Counter()  # after_lease: recovered, took_over
         self.lease_by_payload: dict[str, list[str]] = {}
@@ -259,6 +285,8 @@ class ChaosRun:
         self.pumps.sqs.handler = deliveries.wrap(
             "process", self.pumps.sqs.handler, sqs_source=True, between=self.messages.overwrite_due
         )
+        self.messages.process = self.pumps.sqs.handler
+        self.pumps.sqs.handler = self.messages.watch(self.pumps.sqs.handler)
         deliveries.update_state = deliveries.wrap("update-state", self.pumps.executions.handler)
         self.pumps.executions.handler = deliveries.hold_events(deliveries.update_state)
         self.pumps.stream.handler = deliveries.wrap("callback", self.pumps.stream.handler)
@@ -322,6 +350,9 @@ class ChaosRun:
             return outcome
 
         runs.after_lease = after_lease  # type: ignore[method-assign]
+        assert isinstance(root.runner, TrackerRunner)
+        assert root.runner.states is root.states
+        self.claims.attach()
         flow = root.callback
         assert root.sweeper.callback is flow
         flow.backoff = dataclasses.replace(flow.backoff, sleep=self._count_wait)
@@ -354,6 +385,7 @@ class ChaosRun:
             self.settle(timeout - (time.monotonic() - began))
             self.check(report, suffix=" (after DLQ redrive)")
         report.seconds = time.monotonic() - began
+        self.operator.close()
         return report
 
     def redrive(self) -> None:
@@ -376,6 +408,7 @@ class ChaosRun:
         """
         self.deliveries.more_parents()
         self.deliveries.send_due()
+        self.operator.moment("queue")
         moved = int(self.pumps.sqs.pump_once())
         deadline = time.monotonic() + timeout
         while managed_running(self.aws):
@@ -386,9 +419,13 @@ class ChaosRun:
         moved += self.pumps.executions.pump_once()
         if self.reports is not None:
             moved += self.reports.pump_once()
+        self.operator.moment("ended")
         self.deliveries.watch_held()
         moved += int(self.pumps.stream.pump_once())
         self.deliveries.watch_storms()
+        self.operator.moment("told")
+        moved += self.messages.late_sends()
+        moved += self.operator.late_reruns()
         return moved
 
     def settle(self, timeout: float) -> None:
@@ -406,10 +443,17 @@ class ChaosRun:
                 or not queue_empty(self.aws)
                 or not self._reports_empty()
                 or deliveries.late
-                or (deliveries.sweeper_enabled and deliveries.unanswered_storms())
+                or (
+                    deliveries.sweeper_enabled
+                    and (deliveries.unanswered_storms() or deliveries.unswept())
+                )
             )
             quiet = 0 if busy else quiet + 1
-            if quiet >= 2 and deliveries.finish():
+            if quiet >= 2 and (
+                deliveries.finish()
+                or self.messages.late_sends(anyway=True)
+                or self.operator.late_reruns(anyway=True)
+            ):
                 quiet = 0
             if time.monotonic() > deadline:
                 msg = f"chaos run did not settle within {timeout:.0f}s (seed {self.seed})"
@@ -439,6 +483,8 @@ class ChaosRun:
             deliveries=self.deliveries,
             messages=self.messages,
             lease_by_payload=self.lease_by_payload,
+            operator=self.operator,
+            claims=self.claims,
         )
         if report is None:
             report = invariants.new_report()

@@ -163,6 +163,8 @@ def test_every_fault_kind_is_known() -> None:
         "join_id_reuse",
         "manifest_overwrite",
         "parent_send_throttled",
+        "operator_release",
+        "operator_rerun",
     }
 
 

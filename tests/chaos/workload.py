@@ -74,6 +74,8 @@ class Parent:
     fault: str | None = None  # a join's own fault: one of JOIN_FAULTS
     join_id: str | None = None  # named in its join message (else the token's hash)
     manifest_url: str | None = None  # its members come from this manifest (payloads_url)
+    # Its join's members sent as {"url": member_urls + item + ".json"} (objects in the bucket).
+    member_urls: str | None = None
 
     @property
     def join_key(self) -> str:
@@ -261,8 +263,7 @@ class Workload:
 
     def body(self, index: int, parent: Parent) -> dict[str, Any]:
         """The message parent ``index`` sends to the process queue."""
-        execution = f"arn:aws:states:us-east-1:123456789012:execution:parent:p{index}"
-        callback = {"task_token": parent.token, "parent_execution": execution}
+        callback = {"task_token": parent.token, "parent_execution": self.execution(index)}
         if parent.ring is not None:
             return self._ring_body(parent, parent.ring, callback)
         if parent.wait_for is not None:
@@ -273,13 +274,21 @@ class Workload:
         join: dict[str, Any] = {
             "task_token": parent.token,
             "quorum": parent.quorum,
-            "parent_execution": execution,
+            "parent_execution": self.execution(index),
         }
         if parent.join_id is not None:
             join["join_id"] = parent.join_id
         if parent.manifest_url is not None:
             return {"join": join, "payloads_url": parent.manifest_url}
+        if parent.member_urls is not None:
+            urls = [{"url": f"{parent.member_urls}{m}.json"} for m in parent.members]
+            return {"join": join, "payloads": urls}
         return {"join": join, "payloads": [self.payload(m) for m in parent.members]}
+
+    @staticmethod
+    def execution(index: int) -> str:
+        """The parent execution ARN parent ``index`` sends (its first attempt's too)."""
+        return f"arn:aws:states:us-east-1:123456789012:execution:parent:p{index}"
 
     @staticmethod
     def _ring_body(parent: Parent, ring: Ring, callback: dict[str, str]) -> dict[str, Any]:
@@ -302,17 +311,20 @@ class Workload:
         aws: Aws,
         records: Records,
         indexes: Iterable[int],
-        first_attempt: Callable[[int, Parent], Parent | None],
+        first_attempt: Callable[[int, Parent], tuple[Parent, str] | None],
     ) -> None:
-        """Send the parents at ``indexes``, in batches; ``first_attempt`` may put a throttled
-        send's first message (its own token) before a parent's."""
+        """Send the parents at ``indexes``, in batches; ``first_attempt`` may add a throttled
+        send's first message (its own token), ``"before"`` or ``"after"`` the parent's
+        (``"held"``: the harness sends it itself, later)."""
         entries: list[tuple[str, Parent, dict[str, Any]]] = []
         for i in indexes:
             parent = self.parents[i]
             first = first_attempt(i, parent)
-            if first is not None:
-                entries.append((f"first-{i}", first, self.body(i, first)))
+            if first is not None and first[1] == "before":
+                entries.append((f"first-{i}", first[0], self.body(i, first[0])))
             entries.append((str(i), parent, self.body(i, parent)))
+            if first is not None and first[1] == "after":
+                entries.append((f"first-{i}", first[0], self.body(i, first[0])))
         by_id = {entry_id: parent for entry_id, parent, _ in entries}
         for start in range(0, len(entries), BATCH):
             chunk = entries[start : start + BATCH]
