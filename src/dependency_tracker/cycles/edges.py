@@ -153,8 +153,8 @@ class WaitEdges:
             state = row.get("workflow_state", {}).get("S")
             found = (row["payload_id"]["S"], row["waiter_id"]["S"])
             state_of[found] = state
-            if "join_id" in row:
-                join_of[found] = row["join_id"]["S"]
+            if "join_id" in row and state == PayloadState.PROCESSING.value:
+                join_of[found] = row["join_id"]["S"]  # only a waiting membership asks its join
         released = self._released_joins(set(join_of.values()))
         now = utcnow()
         waiting: list[str] = []

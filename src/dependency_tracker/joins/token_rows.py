@@ -189,33 +189,22 @@ def _set_entry(
     """
     now = utcnow()
     tail = f" REMOVE {remove}" if remove else ""
-    names = {"#key": entry}
-    if (
-        update_if(
-            access.client,
-            TableName=access.table_name,
-            Key=_key(join_id=join_id),
-            UpdateExpression=f"SET {attribute}.#key = :value, updated_at = :now{tail}",
-            ConditionExpression=f"attribute_exists({attribute}) AND {condition}",
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values(value=value, now=now, **plain),
-        )
+    used = {name: plain[name] for name in plain if f":{name}" in fresh_condition}
+    entry_write = {
+        "UpdateExpression": f"SET {attribute}.#key = :value, updated_at = :now{tail}",
+        "ConditionExpression": f"attribute_exists({attribute}) AND {condition}",
+        "ExpressionAttributeNames": {"#key": entry},
+        "ExpressionAttributeValues": values(value=value, now=now, **plain),
+    }
+    map_write = {
+        "UpdateExpression": f"SET {attribute} = :map, updated_at = :now{tail}",
+        "ConditionExpression": f"attribute_not_exists({attribute}) AND {fresh_condition}",
+        "ExpressionAttributeValues": values(map={entry: value}, now=now, **used),
+    }
+    return any(
+        update_if(access.client, TableName=access.table_name, Key=_key(join_id=join_id), **write)
         is not None
-    ):
-        return True
-    used = {name for name in plain if f":{name}" in fresh_condition}
-    return (
-        update_if(
-            access.client,
-            TableName=access.table_name,
-            Key=_key(join_id=join_id),
-            UpdateExpression=f"SET {attribute} = :map, updated_at = :now{tail}",
-            ConditionExpression=f"attribute_not_exists({attribute}) AND {fresh_condition}",
-            ExpressionAttributeValues=values(
-                map={entry: value}, now=now, **{name: plain[name] for name in used}
-            ),
-        )
-        is not None
+        for write in (entry_write, map_write)
     )
 
 

@@ -12,6 +12,7 @@ from dependency_tracker.table.dynamodb import (
     batch_get,
     is_conditional_failure,
     put_if_absent,
+    update_if,
     values,
 )
 from dependency_tracker.table.items import InvalidMessageItem, PayloadStateItem, key_attributes
@@ -164,8 +165,9 @@ class StateTable:
         Only while the attempt is still ``CLAIMED``; False when the item moved on.
         """
         now = utcnow()
-        try:
-            self._client.update_item(
+        return (
+            update_if(
+                self._client,
                 TableName=self.table_name,
                 Key=_key(payload_id),
                 UpdateExpression="SET start_refused_at = :now, updated_at = :now",
@@ -175,11 +177,8 @@ class StateTable:
                     claimed=PayloadState.CLAIMED.value, attempt=attempt, now=now
                 ),
             )
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                return False
-            raise
-        return True
+            is not None
+        )
 
     def reclaim_refused(
         self, seen: PayloadStateItem, *, message_id: str | None = None
@@ -194,32 +193,27 @@ class StateTable:
             TransitionConflictError: Someone else changed the item first.
         """
         now = utcnow()
-        try:
-            self._client.update_item(
-                TableName=self.table_name,
-                Key=_key(seen.payload_id),
-                UpdateExpression=(
-                    "SET claimed_at = :now, updated_at = :now, claim_message_id = :message "
-                    "REMOVE start_refused_at"
-                ),
-                ConditionExpression=(
-                    "#state = :claimed AND attempt = :attempt "
-                    "AND attribute_exists(start_refused_at)"
-                ),
-                ExpressionAttributeNames={"#state": "state"},
-                ExpressionAttributeValues=values(
-                    claimed=PayloadState.CLAIMED.value,
-                    attempt=seen.attempt,
-                    now=now,
-                    message=message_id,
-                ),
-            )
-        except ClientError as exc:
-            if is_conditional_failure(exc):
-                raise TransitionConflictError(
-                    f"restart of {seen.payload_id} attempt {seen.attempt}"
-                ) from exc
-            raise
+        taken = update_if(
+            self._client,
+            TableName=self.table_name,
+            Key=_key(seen.payload_id),
+            UpdateExpression=(
+                "SET claimed_at = :now, updated_at = :now, claim_message_id = :message "
+                "REMOVE start_refused_at"
+            ),
+            ConditionExpression=(
+                "#state = :claimed AND attempt = :attempt AND attribute_exists(start_refused_at)"
+            ),
+            ExpressionAttributeNames={"#state": "state"},
+            ExpressionAttributeValues=values(
+                claimed=PayloadState.CLAIMED.value,
+                attempt=seen.attempt,
+                now=now,
+                message=message_id,
+            ),
+        )
+        if taken is None:
+            raise TransitionConflictError(f"restart of {seen.payload_id} attempt {seen.attempt}")
         return seen.model_copy(
             update={
                 "claimed_at": now,
