@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from dependency_tracker.cirrus.flow import CirrusEvents, CirrusRuns
 from dependency_tracker.cirrus.store import CirrusQueue, CirrusStateTable
 from dependency_tracker.core.clients import client
+from dependency_tracker.core.pacing import START_PACING
 from dependency_tracker.core.settings import Settings
 from dependency_tracker.cycles.edges import WaitEdges
 from dependency_tracker.cycles.guard import CycleGuard
@@ -199,6 +200,7 @@ class App:
                 sfn=self.clients.sfn,
                 bucket=self.bucket,
                 recorder=self.update_state,
+                pacing=START_PACING if self.settings.pace_starts else None,
             ),
         )
 

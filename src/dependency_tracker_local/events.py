@@ -23,7 +23,10 @@ def sqs_event(messages: list[dict[str, Any]], *, queue_arn: str, region: str) ->
                 "receiptHandle": message["ReceiptHandle"],
                 "body": message["Body"],
                 "attributes": dict(message.get("Attributes", {})),
-                "messageAttributes": dict(message.get("MessageAttributes", {})),
+                "messageAttributes": {
+                    name: _lambda_attribute(value)
+                    for name, value in message.get("MessageAttributes", {}).items()
+                },
                 "md5OfBody": message.get("MD5OfBody", ""),
                 "eventSource": "aws:sqs",
                 "eventSourceARN": queue_arn,
@@ -31,6 +34,17 @@ def sqs_event(messages: list[dict[str, Any]], *, queue_arn: str, region: str) ->
             }
             for message in messages
         ]
+    }
+
+
+def _lambda_attribute(value: dict[str, Any]) -> dict[str, Any]:
+    """A message attribute as Lambda spells it (``stringValue``), from ``ReceiveMessage``'s."""
+    return {
+        "stringValue": value.get("StringValue"),
+        "binaryValue": value.get("BinaryValue"),
+        "stringListValues": [],
+        "binaryListValues": [],
+        "dataType": value.get("DataType", "String"),
     }
 
 

@@ -63,6 +63,11 @@ def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code") or "Unknown")
 
 
+def is_throttled(exc: ClientError) -> bool:
+    """True when the service refused the call for its rate alone (a quota's bucket was empty)."""
+    return error_code(exc) in THROTTLING_CODES
+
+
 def is_transient(exc: ClientError) -> bool:
     """True for throttling and 5xx: the same call may succeed a little later."""
     code = error_code(exc)
@@ -107,8 +112,9 @@ class Backoff:
         *,
         deadline: float | None = None,
         on_retry: Callable[[ClientError, int, float], None] | None = None,
+        retry_on: Callable[[ClientError], bool] = is_transient,
     ) -> T:
-        """Run ``operation``, retrying transient refusals; return its result.
+        """Run ``operation``, retrying the refusals ``retry_on`` accepts (transient ones).
 
         Stops retrying after :attr:`attempts` tries, or when the next wait
         would end past ``deadline`` (on :attr:`clock`); the last refusal is
@@ -119,7 +125,7 @@ class Backoff:
             try:
                 return operation()
             except ClientError as exc:
-                if not is_transient(exc) or retry + 1 >= self.attempts:
+                if not retry_on(exc) or retry + 1 >= self.attempts:
                     raise
                 wait = self.random() * self.bound(retry)
                 if deadline is not None and self.clock() + wait > deadline:

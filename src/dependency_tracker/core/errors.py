@@ -100,3 +100,31 @@ class CallbackDeliveryError(DependencyTrackerError):
     def __init__(self, code: str, token_hash: str) -> None:
         self.code = code
         super().__init__(f"callback delivery failed ({code}) for token {token_hash}")
+
+
+class StartDeferredError(DependencyTrackerError):
+    """Step Functions' quota let no start through before the invocation's deadline.
+
+    Not a fault: the work goes back to its queue (a join chunk is sent again, a
+    message is reported as a batch item failure) and the next invocation carries on;
+    every start it made stays made (a start is idempotent by name).
+    """
+
+    def __init__(self, payload_id: str, code: str) -> None:
+        self.payload_id = payload_id
+        self.code = code
+        super().__init__(
+            f"{payload_id}: StartExecution refused ({code}) until the invocation's deadline"
+        )
+
+
+class RecordDeferredError(DependencyTrackerError):
+    """Too little of the invocation is left to start this record: it goes back to the queue."""
+
+    def __init__(self, remaining_seconds: float, needed_seconds: float) -> None:
+        self.remaining_seconds = remaining_seconds
+        self.needed_seconds = needed_seconds
+        super().__init__(
+            f"{remaining_seconds:.1f} s left, a record is started with at least "
+            f"{needed_seconds:.0f} s: returned to the queue"
+        )

@@ -76,6 +76,9 @@ class Settings(BaseModel, frozen=True):
             message failing on that receive (its last before the DLQ) has its
             parent answered first; None turns that rule off, so such a parent
             waits out its callback timeout.
+        pace_starts: A throttled ``StartExecution`` waits for Step Functions' quota
+            within the invocation's deadline (core/pacing.py); False only to measure
+            the behaviour without it (the registration-pacing benchmark).
         cirrus_state_table: cirrus mode: the cirrus-geo deployment's state table
             (read, never written). Cirrus mode is on when this is set.
         cirrus_process_queue_url: cirrus mode: where payloads are sent to be run.
@@ -96,6 +99,7 @@ class Settings(BaseModel, frozen=True):
     cycle_depth: int = Field(default=DEFAULT_CYCLE_DEPTH, ge=0)
     join_chunk_size: int = Field(default=DEFAULT_JOIN_CHUNK_SIZE, ge=1, le=MAX_JOIN_CHUNK_SIZE)
     process_max_receive_count: int | None = Field(default=None, ge=1)
+    pace_starts: bool = True
     cirrus_state_table: str | None = None
     cirrus_process_queue_url: str | None = None
     cirrus_payload_bucket: str | None = None

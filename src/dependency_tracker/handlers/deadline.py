@@ -12,6 +12,12 @@ if TYPE_CHECKING:
 # 3 s when throttled), the writes that follow it, and the response, before Lambda stops
 # the invocation.
 DEADLINE_RESERVE_SECONDS = 15.0
+# A process-queue record is started only with this much of the invocation left: the
+# reserve, plus 5 s for the record's own calls (a payload message makes about ten, each
+# tens of milliseconds on AWS; a join message handed to the join queue one SendMessage).
+# A throttled start inside it waits only until the reserve (core/pacing.py), so a record
+# started in time ends in time; the records after it go back to the queue untouched.
+RECORD_START_SECONDS = DEADLINE_RESERVE_SECONDS + 5.0
 
 
 def deadline_of(context: LambdaContext | None) -> float | None:

@@ -14,10 +14,15 @@ from aws_lambda_powertools.utilities.batch import (
 from dependency_tracker import app
 from dependency_tracker.core.errors import (
     InvalidMessageError,
+    RecordDeferredError,
+    StartDeferredError,
     StartUnsettledError,
     UnknownWorkflowError,
 )
 from dependency_tracker.core.observability import log_context, logger, metrics, set_correlation_id
+from dependency_tracker.core.pacing import deadline_scope
+from dependency_tracker.handlers.deadline import RECORD_START_SECONDS, deadline_of
+from dependency_tracker.joins.fan_out import ORIGIN_MESSAGE_ID
 from dependency_tracker.joins.messages import JoinChunkMessage, JoinMessage
 from dependency_tracker.table.items import join_partition_for
 
@@ -37,24 +42,40 @@ def process_flow() -> ProcessFlow:
     return app.current().process
 
 
-def record_handler(record: SQSRecord) -> None:
+def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> None:
     """Handle one message; raising marks only this record as failed (it is retried).
+
+    A record is started only with :data:`RECORD_START_SECONDS` of the invocation
+    left; the rest of the batch goes back as batch item failures, untouched. A join
+    message that did not come from the join queue is handed to it (joins/fan_out.py),
+    so its registration never shares an invocation with other messages.
 
     A message that fails on its last receive (see :func:`_last_receive`) has its
     parent answered first, then fails all the same: SQS moves it to the DLQ, whole,
     for the operator to redrive (docs/reliability.md, "The last receive").
     """
+    _check_time_left(lambda_context)
     flow = process_flow()
     message: ProcessMessage | JoinMessage | JoinChunkMessage | WaitMessage | None = None
-    with log_context(message_id=record.message_id):
+    message_id = _origin_id(record)
+    with log_context(message_id=message_id), deadline_scope(deadline_of(lambda_context)):
         try:
-            message = flow.parse(record.body, message_id=record.message_id)
+            message = flow.parse(record.body, message_id=message_id)
             set_correlation_id(
                 join_partition_for(message.join_id)
                 if isinstance(message, JoinMessage | JoinChunkMessage)
                 else message.payload_id
             )
+            if isinstance(message, JoinMessage) and _hands_off(record):
+                flow.hand_off_join(record.body, message_id)
+                return
             flow.handle(message)
+        except StartDeferredError as exc:
+            # Step Functions' quota outlasted the invocation: the message comes back.
+            logger.info("start deferred to a later delivery", extra={"reason": str(exc)})
+            metrics.add_metric(name="StartsDeferred", unit=MetricUnit.Count, value=1)
+            _answer_if_last(record, message, str(exc))
+            raise
         except InvalidMessageError as exc:
             if not exc.retryable:
                 flow.record_invalid(exc, body=record.body, message_id=record.message_id)
@@ -77,6 +98,37 @@ def record_handler(record: SQSRecord) -> None:
             logger.exception("message failed: it will be retried")
             _answer_if_last(record, message, f"processing failed: {type(exc).__name__}: {exc}")
             raise
+
+
+def _check_time_left(context: LambdaContext | None) -> None:
+    """Refuse to start a record the invocation may not have the time to finish.
+
+    Raises:
+        RecordDeferredError: Less than :data:`RECORD_START_SECONDS` is left.
+    """
+    if context is None:
+        return
+    left = context.get_remaining_time_in_millis() / 1000
+    if left < RECORD_START_SECONDS:
+        logger.info("record not started: too little time left", extra={"seconds_left": left})
+        metrics.add_metric(name="RecordsDeferred", unit=MetricUnit.Count, value=1)
+        raise RecordDeferredError(left, RECORD_START_SECONDS)
+
+
+def _origin_id(record: SQSRecord) -> str:
+    """The id SQS gave the message first (a join message handed off keeps it)."""
+    origin = record.message_attributes.get(ORIGIN_MESSAGE_ID)
+    value = origin.string_value if origin is not None else None
+    return value or record.message_id
+
+
+def _hands_off(record: SQSRecord) -> bool:
+    """Whether a join message goes to the join queue: there is one, and it came from elsewhere."""
+    join_queue = app.current().settings.join_queue_url
+    if join_queue is None:
+        return False
+    # A queue's URL ends with its name, as its ARN does.
+    return record.event_source_arn.rsplit(":", 1)[-1] != join_queue.rsplit("/", 1)[-1]
 
 
 def _last_receive(record: SQSRecord) -> int | None:

@@ -24,9 +24,16 @@ from dependency_tracker.joins.messages import JoinChunk
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef
 
     from dependency_tracker.joins.manifest import ManifestReader
     from dependency_tracker.table.join_items import JoinItem
+
+
+# A join message handed from the process queue to the join queue keeps the id SQS gave
+# it first: its members' claims name that message, so a second copy of the hand-off
+# (a redelivered join message) is known for the same submission, not a new one.
+ORIGIN_MESSAGE_ID = "DeptrackOriginMessageId"
 
 
 class ChunkFanOut:
@@ -83,6 +90,34 @@ class ChunkFanOut:
             extra={"first_chunk": first, "sent": len(bodies), "chunks": chunks},
         )
         metrics.add_metric(name="JoinChunksSent", unit=MetricUnit.Count, value=len(bodies))
+
+    def hand_off(self, body: str, message_id: str | None) -> None:
+        """Send a join message, as it came, to the join queue, where it registers alone.
+
+        A join message registers its first chunk and fans out the rest (seconds, more
+        for a long list): on the join queue (one message per invocation) it has the
+        whole invocation to itself, never a batch of other messages behind it.
+        """
+        if self._sqs is None or self._queue_url is None:
+            msg = "a join can only be handed off through the join queue"
+            raise RuntimeError(msg)
+        attributes: dict[str, MessageAttributeValueTypeDef] = {}
+        if message_id is not None:
+            attributes[ORIGIN_MESSAGE_ID] = {"DataType": "String", "StringValue": message_id}
+        self._sqs.send_message(
+            QueueUrl=self._queue_url, MessageBody=body, MessageAttributes=attributes
+        )
+        logger.info("join message handed to the join queue")
+        metrics.add_metric(name="JoinsHandedOff", unit=MetricUnit.Count, value=1)
+
+    def send_chunk_again(self, join: JoinItem, index: int, start: Position, chunks: int | None) -> None:
+        """Send chunk ``index``'s message again: its deadline came before its starts were done.
+
+        The next delivery finds what this one wrote (membership rows, started members)
+        and carries on; nothing is failed and no receive is spent.
+        """
+        self._send_chunks(join, index, [start], chunks=chunks)
+        metrics.add_metric(name="JoinChunksRequeued", unit=MetricUnit.Count, value=1)
 
     @staticmethod
     def _send_batch(sqs: SQSClient, queue_url: str, entries: dict[str, str]) -> None:

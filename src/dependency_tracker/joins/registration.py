@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools.metrics import MetricUnit
 
 from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
-from dependency_tracker.core.errors import InvalidMessageError
+from dependency_tracker.core.errors import InvalidMessageError, StartDeferredError
 from dependency_tracker.core.observability import log_keys, logger, metrics, redact_token
 from dependency_tracker.joins.adoption import JoinAdoption, members_digest
 from dependency_tracker.joins.chunks import ChunkRegistration
@@ -141,25 +141,33 @@ class JoinRegistration(ChunkRegistration, ChunkFanOut, JoinAdoption, MemberListR
         version = ObjectVersion(chunk.etag, chunk.version_id)
         if chunk.etag is None and chunk.version_id is None:
             version = ObjectVersion(join.source_etag, join.source_version)
+        start = Position(chunk.payloads_url, chunk.offset, version)
         try:
-            payloads, rest = self._read(
-                join, chunk.index, Position(chunk.payloads_url, chunk.offset, version)
-            )
+            payloads, rest = self._read(join, chunk.index, start)
         except InvalidMessageError as exc:
             if exc.retryable:
                 raise
             self._finish_begun(join, chunk.index)
             self._invalid(join, exc.reason)
             return True
-        return self._run(
-            join,
-            chunk.index,
-            payloads,
-            rest,
-            message.message_id,
-            checked=True,
-            chained=chunk.chunks is None,
-        )
+        try:
+            return self._run(
+                join,
+                chunk.index,
+                payloads,
+                rest,
+                message.message_id,
+                checked=True,
+                chained=chunk.chunks is None,
+            )
+        except StartDeferredError as exc:
+            if not self._continues():
+                raise
+            # Step Functions' quota outlasted this invocation: the rest of the chunk goes
+            # back to the join queue at once (no visibility timeout, no receive spent).
+            logger.info("join chunk deferred: sent again", extra={"reason": str(exc)})
+            self.send_chunk_again(join, chunk.index, start, chunk.chunks)
+            return True
 
     # ------------------------------------------------------------------ steps
 

@@ -20,18 +20,23 @@ from botocore.exceptions import ClientError
 
 from dependency_tracker.core import naming
 from dependency_tracker.core.enums import PayloadState, utcnow
+from dependency_tracker.core.backoff import is_throttled
 from dependency_tracker.core.errors import (
     InvalidMessageError,
+    StartDeferredError,
     TransitionConflictError,
     UnknownWorkflowError,
 )
 from dependency_tracker.core.observability import logger, metrics
+from dependency_tracker.core.pacing import current_deadline
 from dependency_tracker.payloads.actions import ProcessAction
 from dependency_tracker.payloads.update_state import UpdateAction, UpdateStateFlow
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
+    from mypy_boto3_stepfunctions.type_defs import StartExecutionOutputTypeDef
 
+    from dependency_tracker.core.backoff import Backoff
     from dependency_tracker.core.settings import Settings
     from dependency_tracker.payloads.bucket import PayloadBucket
     from dependency_tracker.payloads.model import ProcessPayload
@@ -68,8 +73,12 @@ class Runs:
         sfn: SFNClient,
         bucket: PayloadBucket,
         recorder: UpdateStateFlow,
+        pacing: Backoff | None = None,
     ) -> None:
         self.settings = settings
+        # How a throttled start waits for Step Functions' quota (core/pacing.py); None:
+        # botocore's own retries only, then the start fails.
+        self._pacing = pacing
         self.states = states
         self._sfn = sfn
         self._bucket = bucket
@@ -243,10 +252,9 @@ class Runs:
         """
         state_machine_arn = self.settings.state_machine_arn(payload.workflow)
         name = naming.execution_name(payload.id, attempt)
+        execution_input = self.input(payload, attempt)
         try:
-            response = self._sfn.start_execution(
-                stateMachineArn=state_machine_arn, name=name, input=self.input(payload, attempt)
-            )
+            response = self._start(state_machine_arn, name, execution_input)
             execution_arn = response["executionArn"]
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code")
@@ -257,6 +265,9 @@ class Runs:
                 raise UnknownWorkflowError(payload.workflow, state_machine_arn) from exc
             else:
                 self._refused(payload, attempt, str(code))
+                if self._pacing is not None and is_throttled(exc):
+                    # The deadline came first: the work goes back to its queue, not failed.
+                    raise StartDeferredError(payload.id, str(code)) from exc
                 raise
         logger.info("execution started", extra={"execution_arn": execution_arn, "attempt": attempt})
         try:
@@ -264,6 +275,16 @@ class Runs:
         except TransitionConflictError:
             # Another invocation recorded it, or it already finished: both fine.
             logger.info("execution already recorded", extra={"execution_arn": execution_arn})
+
+    def _start(self, arn: str, name: str, execution_input: str) -> StartExecutionOutputTypeDef:
+        """One ``StartExecution``; throttled, it waits for the quota while the deadline allows."""
+
+        def start() -> StartExecutionOutputTypeDef:
+            return self._sfn.start_execution(stateMachineArn=arn, name=name, input=execution_input)
+
+        if self._pacing is None:
+            return start()
+        return self._pacing.call(start, deadline=current_deadline(), retry_on=is_throttled)
 
     def _refused(self, payload: ProcessPayload, attempt: int, code: str) -> None:
         """AWS answered an Express ``StartExecution`` with an error: say so on the claim.

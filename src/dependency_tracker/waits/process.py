@@ -106,6 +106,10 @@ class ProcessFlow:
             return self.runner.wait_only(message.payload_id, waiter_id)
         return self.runner.settle(message.payload, waiter_id, message_id=message.message_id)
 
+    def hand_off_join(self, body: str, message_id: str | None) -> None:
+        """Send a join message to the join queue, to register there alone (joins/fan_out.py)."""
+        self.joins.hand_off(body, message_id)
+
     def _join(self, message: JoinMessage | JoinChunkMessage) -> ProcessAction:
         """Create a join or carry on registering it (joins/registration.py)."""
         if isinstance(message, JoinMessage):
