@@ -105,7 +105,7 @@ class App:
     ``clients`` is a :class:`Clients`, a factory, or a mapping of service names to
     clients (default: :func:`dependency_tracker.core.clients.client`). The keyword parts
     replace the ones the root would build (a test's dependency table with one resolver
-    thread, say);
+    thread, say; ``start_pacing``, how a throttled start waits, with a test's clock);
     everything built from them uses them.
     """
 
@@ -119,12 +119,14 @@ class App:
         bucket: PayloadBucket | None = None,
         runner: PayloadRunner | None = None,
         backoff: Backoff | None = None,
+        start_pacing: Backoff | None = None,
     ) -> None:
         self.settings = settings
         self.clients = clients if isinstance(clients, Clients) else Clients(clients)
         given = {"states": states, "dependencies": dependencies, "bucket": bucket, "runner": runner}
         self._parts: dict[str, object] = {k: v for k, v in given.items() if v is not None}
         self._backoff = backoff
+        self._start_pacing = start_pacing or START_PACING
         # Reentrant: building a flow builds its stores through the same lock.
         self._lock = threading.RLock()
 
@@ -200,7 +202,7 @@ class App:
                 sfn=self.clients.sfn,
                 bucket=self.bucket,
                 recorder=self.update_state,
-                pacing=START_PACING if self.settings.pace_starts else None,
+                pacing=self._start_pacing if self.settings.pace_starts else None,
             ),
         )
 

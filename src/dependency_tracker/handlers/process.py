@@ -117,7 +117,8 @@ def _check_time_left(context: LambdaContext | None) -> None:
 
 def _origin_id(record: SQSRecord) -> str:
     """The id SQS gave the message first (a join message handed off keeps it)."""
-    origin = record.message_attributes.get(ORIGIN_MESSAGE_ID)
+    # Powertools' mapping answers a missing name with None on indexing (``get`` is dict's).
+    origin = record.message_attributes[ORIGIN_MESSAGE_ID]
     value = origin.string_value if origin is not None else None
     return value or record.message_id
 
