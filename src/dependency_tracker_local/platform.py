@@ -22,6 +22,12 @@ limit; this module models what Lambda itself does around the functions:
   executions (as CloudFormation's create fails), and an SQS trigger's
   ``ScalingConfig.MaximumConcurrency`` outside 2..1,000. The SQS pump holds the process
   trigger's maximum concurrency.
+* **Function timeouts** (:mod:`dependency_tracker_local.timeouts`): each pumped
+  invocation is bounded by its function's ``Timeout``; one that runs past it is failed
+  as Lambda fails it, whatever the handler returned.
+* **Step Functions' API rates** (:mod:`dependency_tracker_local.rates`): the
+  ``StartExecution`` and ``SendTask*`` token buckets, active while a stack runs with
+  the model (``EmbeddedStack(rate_scale=...)``).
 
 The functions' settings come from ``template.yaml`` through the one template reader,
 :mod:`dependency_tracker_local.template`.
@@ -44,6 +50,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dependency_tracker_local import template as template_reader
+from dependency_tracker_local.timeouts import (
+    LAMBDA_DEFAULT_TIMEOUT_SECONDS,
+    FunctionTimeouts,
+    TimedOutInvocation,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -186,11 +197,14 @@ class PlatformModel:
     ``recursive_loop`` maps a function (the pumps' ``function_name``) to its
     ``RecursiveLoop`` setting; a function it does not name has Lambda's default,
     ``Terminate``. ``stopped`` lists every record stopped, once per receive.
+    ``timeouts`` bounds each invocation by its function's timeout; ``timed_out`` lists
+    the invocations that ran past theirs.
     """
 
     recursive_loop: Mapping[str, str] = field(default_factory=dict)
     recursion_limit: int = RECURSION_LIMIT
     stopped: list[StoppedRecord] = field(default_factory=list)
+    timeouts: FunctionTimeouts = field(default_factory=FunctionTimeouts)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -203,7 +217,15 @@ class PlatformModel:
         functions = (
             template_functions(template_reader.load_template(path)) if path.is_file() else {}
         )
-        return cls(recursive_loop={f.name: f.recursive_loop for f in functions.values()})
+        return cls(
+            recursive_loop={f.name: f.recursive_loop for f in functions.values()},
+            timeouts=FunctionTimeouts({f.name: f.timeout_seconds for f in functions.values()}),
+        )
+
+    @property
+    def timed_out(self) -> list[TimedOutInvocation]:
+        """Every invocation that ran past its function's timeout."""
+        return self.timeouts.timed_out
 
     def loop_setting(self, function: str) -> str:
         """``Terminate`` or ``Allow``."""
@@ -334,6 +356,8 @@ class FunctionSettings:
     recursive_loop: str
     # SQS trigger (event name) -> ScalingConfig.MaximumConcurrency
     maximum_concurrency: Mapping[str, int]
+    # Timeout (Lambda's 3 s when neither the function nor Globals sets one).
+    timeout_seconds: float = LAMBDA_DEFAULT_TIMEOUT_SECONDS
 
 
 def template_functions(
@@ -363,9 +387,18 @@ def template_functions(
                 for event, trigger in function.sqs_triggers.items()
                 if trigger.maximum_concurrency is not None
             },
+            timeout_seconds=_timeout(deployed, logical_id),
         )
         for logical_id, function in template_reader.functions(deployed).items()
     }
+
+
+def _timeout(deployed: template_reader.Deployed, logical_id: str) -> float:
+    properties = deployed.properties(logical_id)
+    value = deployed.resolve(properties.get("Timeout", template_reader.NO_VALUE))
+    if value is template_reader.NO_VALUE:
+        return LAMBDA_DEFAULT_TIMEOUT_SECONDS
+    return float(_whole(logical_id, "Timeout", value))
 
 
 def _whole(logical_id: str, what: str, value: Any) -> int:

@@ -13,6 +13,9 @@ Each pump also plays Lambda's part in the platform model
 (:mod:`dependency_tracker_local.platform`, on unless ``DEPTRACK_PLATFORM=0``): every
 invocation runs in a chain's lineage, and the SQS pump stops a record whose chain
 would invoke its function a 17th time, and holds the trigger's maximum concurrency.
+Every invocation is bounded by its function's timeout
+(:mod:`dependency_tracker_local.timeouts`): one that runs past it fails as Lambda fails
+it, the handler's response discarded.
 """
 
 from __future__ import annotations
@@ -29,10 +32,10 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from dependency_tracker_local.context import LocalContext
 from dependency_tracker_local.events import sqs_event, status_change_event, stream_record
 from dependency_tracker_local.filters import CALLBACK_STREAM_FILTER, matches
 from dependency_tracker_local.platform import PlatformModel, default_model, invocation
+from dependency_tracker_local.timeouts import FunctionTimedOutError, FunctionTimeouts, invoke
 
 Handler = Callable[[dict[str, Any], Any], Any]
 _log = logging.getLogger(__name__)
@@ -58,6 +61,11 @@ def _failed_ids(response: Any) -> set[str]:
     return {str(item["itemIdentifier"]) for item in response.get("batchItemFailures", [])}
 
 
+def _timeouts(platform: PlatformModel | None) -> FunctionTimeouts | None:
+    """The timeouts that bound a pump's invocations (none with the model off)."""
+    return None if platform is None else platform.timeouts
+
+
 def _new_chain(
     platform: PlatformModel | None, function: str
 ) -> contextlib.AbstractContextManager[None]:
@@ -79,7 +87,9 @@ class SqsPump:
     loop detection); the handler runs in the batch's lineage. With
     ``maximum_concurrency`` (the trigger's ``ScalingConfig.MaximumConcurrency``)
     no more than that many rounds run at once: one more finds the mapping at
-    its limit and receives nothing, leaving the messages on the queue.
+    its limit and receives nothing, leaving the messages on the queue. An
+    invocation past its function's timeout deletes nothing: the whole batch
+    returns after the visibility timeout, as from a crash.
     """
 
     sqs: Any
@@ -135,7 +145,10 @@ class SqsPump:
         event = sqs_event(admitted, queue_arn=self.queue_arn, region=self.region)
         try:
             with chain:
-                failed = _failed_ids(self.handler(event, LocalContext(self.function_name)))
+                response = invoke(_timeouts(self.platform), self.function_name, self.handler, event)
+            failed = _failed_ids(response)
+        except FunctionTimedOutError:  # logged by the model; the whole batch returns
+            return len(received)
         except Exception:  # noqa: BLE001  (a crashed invocation fails the whole batch, as in Lambda)
             _log.exception("%s handler crashed; the batch will be redelivered", self.function_name)
             return len(received)
@@ -262,11 +275,14 @@ class ExecutionPump:
     def _deliver(self, arn: str, event: dict[str, Any]) -> None:
         try:
             with _new_chain(self.platform, self.function_name):
-                self.handler(event, LocalContext(self.function_name))
-        except Exception:  # noqa: BLE001  (EventBridge retries any failed invocation)
+                invoke(_timeouts(self.platform), self.function_name, self.handler, event)
+        except Exception as exc:  # noqa: BLE001  (EventBridge retries any failed invocation)
             attempts = self._failures.get(arn, 0) + 1
             self._failures[arn] = attempts
-            _log.exception("%s failed (%d/%d)", self.function_name, attempts, self.retry_attempts)
+            if not isinstance(exc, FunctionTimedOutError):  # a timeout is logged by the model
+                _log.exception(
+                    "%s failed (%d/%d)", self.function_name, attempts, self.retry_attempts
+                )
             if attempts <= self.retry_attempts:
                 return
             self.dead_letters.append(event)
@@ -369,7 +385,11 @@ class StreamPump:
         """Index of the first failed record, or None if the whole batch succeeded."""
         try:
             with _new_chain(self.platform, self.function_name):
-                response = self.handler({"Records": batch}, LocalContext(self.function_name))
+                response = invoke(
+                    _timeouts(self.platform), self.function_name, self.handler, {"Records": batch}
+                )
+        except FunctionTimedOutError:  # logged by the model; the whole batch is retried
+            return 0
         except Exception:  # noqa: BLE001  (a crashed invocation retries the whole batch)
             _log.exception("%s handler crashed; retrying the batch", self.function_name)
             return 0
@@ -433,6 +453,7 @@ class SchedulePump:
     ``rate()`` rule. A failed invocation is logged and counted; the next tick
     runs the function again (Lambda's own retries of an asynchronous
     invocation are not modelled: a sweep that failed is simply the next sweep).
+    An invocation past its function's timeout is such a failure.
     """
 
     handler: Handler
@@ -440,7 +461,8 @@ class SchedulePump:
     region: str
     account: str
     function_name: str = "sweeper"
-    timeout_seconds: int = 120
+    # Its timeout when the model has none for it (the template's, 120 s).
+    timeout_seconds: float = 120
     name: str = "sweeper"
     clock: Callable[[], float] = time.monotonic
     platform: PlatformModel | None = field(default_factory=default_model)
@@ -463,6 +485,8 @@ class SchedulePump:
         self._next = now + self.interval
         try:
             self.invoke()
+        except FunctionTimedOutError:  # logged by the model
+            self.failures += 1
         except Exception:  # noqa: BLE001  (a failed tick must not stop the schedule)
             self.failures += 1
             _log.exception("%s failed; the next tick runs it again", self.function_name)
@@ -473,9 +497,19 @@ class SchedulePump:
         return None if self._next is None else max(0.0, self._next - self.clock())
 
     def invoke(self) -> Any:
-        """Invoke the function once now, as a tick would; its response (errors raise)."""
+        """Invoke the function once now, as a tick would; its response.
+
+        Raises:
+            FunctionTimedOutError: It ran past its timeout (the model's, else
+                ``timeout_seconds``); any error of the handler.
+        """
         self.invocations += 1
         event = scheduled_event(rule_arn=self.rule_arn, region=self.region, account=self.account)
-        context = LocalContext(self.function_name, timeout_seconds=self.timeout_seconds)
         with _new_chain(self.platform, self.function_name):
-            return self.handler(event, context)
+            return invoke(
+                _timeouts(self.platform),
+                self.function_name,
+                self.handler,
+                event,
+                fallback=self.timeout_seconds,
+            )

@@ -106,6 +106,11 @@ class Invoker:
             with self._lock:
                 if self._closed:
                     raise StackStoppedError
+                # The invocation starts now, not while it waited for another one:
+                # on AWS invocations run side by side, so the wait is no part of its time.
+                begin = getattr(context, "begin", None)
+                if begin is not None:
+                    begin()
                 if self._stdout is None:
                     return handler(event, context)
                 with self._stdout.routed():

@@ -30,6 +30,7 @@ from dependency_tracker.handlers import callback, cirrus_events, process, sweepe
 from dependency_tracker.table.schema import create_tables
 from dependency_tracker_local import definitions, pumpset
 from dependency_tracker_local import platform as platform_model
+from dependency_tracker_local import rates as rate_model
 from dependency_tracker_local import template as template_reader
 from dependency_tracker_local.moto_costs import aws_like_costs
 from dependency_tracker_local.pumps import ExecutionPump, Pump, SchedulePump, SqsPump, StreamPump
@@ -39,6 +40,7 @@ from dependency_tracker_local.server import MotoServer
 from dependency_tracker_local.sfn_sync import sync_executions
 from dependency_tracker_local.strict import strict_limits
 from dependency_tracker_local.strict import wanted as strict_wanted
+from dependency_tracker_local.timeouts import FunctionTimeouts
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -101,7 +103,14 @@ class EmbeddedStack:
     chain of events would invoke the same function a 17th time is not delivered
     (recursive-loop detection, each function's ``RecursiveLoop`` as the
     template sets it): it reaches its queue's DLQ, and ``platform.stopped``
-    lists it.
+    lists it. Each pumped invocation is bounded by its function's ``Timeout``
+    (``function_timeouts`` overrides it per function, e.g. ``{"process": 2.0}``):
+    one that runs past it is failed as Lambda fails it (an SQS batch returns
+    whole after the visibility timeout) and ``platform.timed_out`` lists it.
+    While the stack runs, moto throttles Step Functions' ``StartExecution`` and
+    ``SendTask*`` calls with AWS's token buckets (:mod:`~dependency_tracker_local.rates`),
+    divided by ``rate_scale`` (default ``DEPTRACK_RATE_SCALE``, else 1: AWS's
+    figures); ``rates`` holds the buckets' figures and counts.
 
     The sweeper runs every ``sweeper_interval`` seconds (None: never on its
     own) and once on demand with :meth:`sweep_once`; ``sweeper_min_age_seconds``
@@ -139,6 +148,8 @@ class EmbeddedStack:
         strict: bool | None = None,
         platform: bool | None = None,
         account_concurrency: int = platform_model.NEW_ACCOUNT_CONCURRENCY,
+        rate_scale: float | None = None,
+        function_timeouts: dict[str, float] | None = None,
         sweeper_interval: float | None = DEFAULT_SWEEPER_INTERVAL_SECONDS,
         sweeper_min_age_seconds: int | None = None,
         cirrus: bool | str = False,
@@ -167,6 +178,10 @@ class EmbeddedStack:
         self._account_concurrency = account_concurrency
         # The model of the stack once started (None before, or with the model off).
         self.platform: platform_model.PlatformModel | None = None
+        # Step Functions' buckets while the stack runs with the model (None with it off).
+        self.rates: rate_model.RateModel | None = None
+        self._rate_scale = rate_scale
+        self._function_timeouts = dict(function_timeouts or {})
         self._process_maximum_concurrency: int | None = None
         self._join_maximum_concurrency: int | None = None
         self._sweeper_interval = sweeper_interval
@@ -431,9 +446,15 @@ class EmbeddedStack:
         self._join_maximum_concurrency = platform_model.process_maximum_concurrency(
             functions, "JoinQueue"
         )
+        timeouts = {f.name: f.timeout_seconds for f in functions.values()}
         self.platform = platform_model.PlatformModel(
-            recursive_loop={f.name: f.recursive_loop for f in functions.values()}
+            recursive_loop={f.name: f.recursive_loop for f in functions.values()},
+            timeouts=FunctionTimeouts({**timeouts, **self._function_timeouts}),
         )
+        scale = rate_model.scale_from_env() if self._rate_scale is None else self._rate_scale
+        self.rates = rate_model.RateModel(scale=scale)
+        if self._strict_block is not None:
+            self._strict_block.enter_context(rate_model.throttling(self.rates))
 
     def _workflow_arn_prefix(self) -> str:
         return f"arn:aws:states:{self.region}:{ACCOUNT}:stateMachine:{self.prefix}-"
