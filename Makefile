@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp
 
 .PHONY: venv venv-cirrus constraints lint format test test-unit test-e2e test-cirrus demo demo-cirrus check clean \
-	bench bench-smoke bench-timing bench-100k chaos build build-host test-artifact
+	bench bench-smoke bench-timing bench-100k bench-registration chaos build build-host test-artifact
 
 venv: $(STAMP)
 
@@ -207,6 +207,13 @@ bench: venv
 # platform model on (goal: 45 minutes on 2 cores); its own results file, build/bench/join-100k.json.
 bench-100k: venv
 	$(BIN)/python -m bench --output build/bench/join-100k.json --only joins --join-sizes=100000
+
+# A join registered against Step Functions' StartExecution bucket (rates divided by 100),
+# paced and unpaced, as a ratio to the bucket's floor (about 6 minutes on 2 cores);
+# build/bench/registration.json. REGISTRATION_ARGS="--members 500" and so on
+# (python -m bench.registration --help).
+bench-registration: venv
+	$(BIN)/python -m bench.registration --output build/bench/registration.json $(REGISTRATION_ARGS)
 
 # The same, tiny and in one process (well under a minute); the CI runs it as tests/bench.
 bench-smoke: venv
