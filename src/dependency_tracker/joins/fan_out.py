@@ -4,7 +4,8 @@ When a join has more members than one chunk, the invocation that registers its
 first chunk finds where every later chunk starts (one streamed read of the
 member list) and sends each chunk's ``join_chunk`` message itself, ten to a
 ``SendMessageBatch``. No chunk sends another: however long the list, a join is
-two hops of the same function (message, then chunks), far below the chain
+three hops of the same function (the join message handed from the process queue
+to the join queue, registered there, then its chunks), far below the chain
 Lambda's recursive-loop detection stops (16 invocations), and chunks run side
 by side.
 """
@@ -110,7 +111,9 @@ class ChunkFanOut:
         logger.info("join message handed to the join queue")
         metrics.add_metric(name="JoinsHandedOff", unit=MetricUnit.Count, value=1)
 
-    def send_chunk_again(self, join: JoinItem, index: int, start: Position, chunks: int | None) -> None:
+    def send_chunk_again(
+        self, join: JoinItem, index: int, start: Position, chunks: int | None
+    ) -> None:
         """Send chunk ``index``'s message again: its deadline came before its starts were done.
 
         The next delivery finds what this one wrote (membership rows, started members)

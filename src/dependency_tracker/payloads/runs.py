@@ -19,8 +19,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import ClientError
 
 from dependency_tracker.core import naming
-from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.core.backoff import is_throttled
+from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.core.errors import (
     InvalidMessageError,
     StartDeferredError,

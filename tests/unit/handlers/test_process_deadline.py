@@ -60,7 +60,7 @@ def work_takes_time(aws: Aws, context: LocalContext, seconds: float) -> Iterator
 
     def spend(event_name: str, **_: Any) -> None:
         calls.append(event_name.rsplit(".", 1)[-1])
-        context._started -= seconds  # noqa: SLF001  (the context's own clock, moved on)
+        context._started -= seconds
 
     hooks = [
         (aws.sfn, "before-call.sfn.StartExecution"),
@@ -87,7 +87,9 @@ def drain(aws: Aws, url: str) -> list[dict[str, Any]]:
         found.extend(batch)
         aws.sqs.delete_message_batch(
             QueueUrl=url,
-            Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(batch)],
+            Entries=[
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(batch)
+            ],
         )
     return found
 
@@ -121,7 +123,9 @@ def test_a_batch_of_joins_returns_what_it_has_no_time_for_and_loses_nothing(
     assert failures(lambda_handler(again, LocalContext("deptrack-process"))) == []
     handed += drain(aws, url)
     # THEN every join message reached the join queue once, under the id SQS first gave it
-    origins = sorted(m["MessageAttributes"]["DeptrackOriginMessageId"]["StringValue"] for m in handed)
+    origins = sorted(
+        m["MessageAttributes"]["DeptrackOriginMessageId"]["StringValue"] for m in handed
+    )
     assert origins == sorted(ids)
     # WHEN the join queue's trigger hands each to an invocation of its own
     for message in handed:
