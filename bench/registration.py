@@ -38,8 +38,9 @@ DEFAULT_SCALE = 100.0
 # The template's JoinQueue VisibilityTimeout and ProcessMaxReceiveCount.
 VISIBILITY_TIMEOUT_SECONDS = 360
 MAX_RECEIVE_COUNT = 10
-# The unpaced run is stopped past this many floors (it would take many visibility timeouts).
-DEFAULT_UNPACED_CAP = 2.0
+# The unpaced run is stopped past this many floors: a chunk that failed comes back only
+# after the visibility timeout (360 s), several floors at a few hundred members.
+DEFAULT_UNPACED_CAP = 6.0
 TARGET_RATIO = 1.15
 POLL_SECONDS = 0.25
 

@@ -108,9 +108,10 @@ def test_a_chained_registration_is_stopped_at_the_17th_invocation(
     # WHEN a 24-chunk join registers that way
     start_join(stack, "chained")
     # THEN loop detection stops the chain at the process function's 17th invocation: the
-    # join message's, then chunks 1 to 15 ran; chunk 16's record goes to the DLQ
+    # join message's hand-off to the join queue, its registration there, then chunks 1 to 14
+    # ran; chunk 15's record goes to the DLQ
     stopped = wait_until(lambda: model.stopped[before:] or None, timeout=120)
     assert {(record.function, record.invocation) for record in stopped} == {("process", STOPPED_AT)}
     (letter,) = wait_until(lambda: dead_letters(stack) or None, timeout=120)
-    assert letter["join_chunk"]["index"] == STOPPED_AT - 1
+    assert letter["join_chunk"]["index"] == STOPPED_AT - 2
     assert "chunks" not in letter["join_chunk"]

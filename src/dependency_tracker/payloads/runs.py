@@ -252,9 +252,8 @@ class Runs:
         """
         state_machine_arn = self.settings.state_machine_arn(payload.workflow)
         name = naming.execution_name(payload.id, attempt)
-        execution_input = self.input(payload, attempt)
         try:
-            response = self._start(state_machine_arn, name, execution_input)
+            response = self._start(state_machine_arn, name, self.input(payload, attempt))
             execution_arn = response["executionArn"]
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code")
