@@ -63,9 +63,7 @@ def test_one_more_call_per_member_fails_with_a_sentence(workloads):
         f"join: DynamoDB UpdateItem (dependency table) per member {limit + 1:g} > budget {limit:g}"
     )
     assert "a change added AWS calls by the tracker" in failures[0]
-    assert failures[1].startswith(
-        "join: SQS ChangeMessageVisibility per member 0.25 > budget 0:"
-    )
+    assert failures[1].startswith("join: SQS ChangeMessageVisibility per member 0.25 > budget 0:")
 
 
 def test_a_count_under_its_budget_asks_for_a_tighter_budget(workloads):
