@@ -280,23 +280,31 @@ def _summary_line(result: dict[str, Any]) -> str:
 def registration(records: list[InvocationRecord], started: float, n: int) -> dict[str, Any]:
     """The join's registration, from its process invocations (the only ones a join run has).
 
-    The first is the join message's: it reads the member list, sends every later
-    chunk's ``join_chunk`` message and registers chunk 0; each later one registers
-    one chunk. ``seconds`` runs from the join message's delivery to the end of the
-    last chunk's invocation (its chunk recorded). Locally the stack runs one handler
+    The first hands the join message from the process queue to the join queue (one
+    ``SendMessage``); the next is the join message's there: it reads the member list,
+    sends every later chunk's ``join_chunk`` message and registers chunk 0; each later
+    one registers one chunk. ``seconds`` runs from the join message's delivery to the
+    end of the last chunk's invocation (its chunk recorded). Locally the stack runs one handler
     at a time, so chunks interleave with the members' own update-state and callback
     invocations: the time is the embedded engine's, not AWS's (``registration_on_aws``).
     """
     process = sorted((r for r in records if r.function == PROCESS), key=lambda r: r.started)
     if not process:
         return {}
+    delivered = process[0].started
+    hand_offs = 0
+    if set(process[0].calls) == {"sqs.SendMessage"}:
+        hand_offs, process = 1, process[1:]
+    if not process:
+        return {}
     first, chunks = process[0], process[1:]
     names = sorted({name for record in chunks for name in record.calls})
-    seconds = max(record.ended for record in process) - first.started
+    seconds = max(record.ended for record in process) - delivered
     return {
-        "from_parent_start_s": round(first.started - started, 2),
+        "from_parent_start_s": round(delivered - started, 2),
         "seconds": round(seconds, 2),
         "members_per_s": round(n / seconds, 2) if seconds else None,
+        "hand_off_invocations": hand_offs,
         "process_invocations": len(process),
         "fan_out_s": round(first.ended - first.started, 2),
         "fan_out_calls": dict(sorted(first.calls.items())),

@@ -143,8 +143,10 @@ def test_joins_are_counted_per_member_and_per_invocation(results):
         assert row["platform"]["modelled"]
         assert row["platform"]["stopped_by_loop_detection"] == 0
         assert row["runs_per_member"] == {"min": 1, "max": 1, "not_once": 0, "other_executions": 0}
-        # one process invocation per chunk: the join message's (it sends the others) and theirs
+        # one process invocation per chunk: the join message's (it sends the others) and
+        # theirs, after the one that handed the join message to the join queue
         registration = row["registration"]
+        assert registration["hand_off_invocations"] == 1
         assert registration["process_invocations"] == row["chunks"]
         assert registration["fan_out_calls"]["sqs.SendMessageBatch"] == 1
         assert 0 < registration["chunk_calls_max"] <= bound
