@@ -22,9 +22,9 @@ from dependency_tracker_local import platform
 from dependency_tracker_local import template as template_reader
 from dependency_tracker_local.context import LocalContext
 from dependency_tracker_local.pumps import SchedulePump, SqsPump, StreamPump
-from dependency_tracker_local.runner import Invoker
+from dependency_tracker_local.runner import Invoker, StackStoppedError
 from dependency_tracker_local.stack import EmbeddedStack
-from dependency_tracker_local.timeouts import FunctionTimedOutError, FunctionTimeouts
+from dependency_tracker_local.timeouts import FunctionTimedOutError, FunctionTimeouts, invoke
 from tests.conftest import DEPENDENCY_TABLE, REGION, Aws, wait_until
 
 FUNCTION = "worker"
@@ -247,6 +247,21 @@ def test_the_wait_for_another_invocation_is_not_part_of_the_timeout() -> None:
 
     assert seen == [1000]
     assert not context.overran()
+
+
+def test_an_event_refused_by_a_stopping_stack_is_no_timeout() -> None:
+    clock = Clock()
+    timeouts = FunctionTimeouts({FUNCTION: 1.0}, clock=clock)
+    invoker = Invoker()
+
+    def waited_then_refused(event: dict[str, Any], context: Any) -> Any:
+        clock.now += 5.0  # waited for a long invocation, then the stack began to stop
+        invoker.close()
+        return invoker.wrap(lambda e, c: None)(event, context)
+
+    with pytest.raises(StackStoppedError):
+        invoke(timeouts, FUNCTION, waited_then_refused, {})
+    assert timeouts.timed_out == []
 
 
 def test_each_function_takes_its_timeout_from_the_template() -> None:
