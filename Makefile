@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp
 
 .PHONY: venv venv-cirrus constraints lint format test test-unit test-e2e test-cirrus demo demo-cirrus check clean \
-	bench bench-smoke bench-timing bench-100k chaos build build-host test-artifact
+	bench bench-smoke bench-timing bench-100k chaos build build-host test-artifact \
+	deploy deploy-check
 
 venv: $(STAMP)
 
@@ -106,6 +107,31 @@ build/.lambda-host.stamp: $(LAMBDA_SOURCES)
 build-ProcessFunction build-UpdateStateFunction build-CallbackFunction build-SweeperFunction \
 build-CirrusEventsFunction:
 	$(call build_lambda,$(ARTIFACTS_DIR))
+
+# Deploy (docs/deploy.md, Alarm notifications): sam build, then sam deploy with where the alarms
+# go. Without ALARM_EMAIL or ALARM_TOPIC_ARN it refuses (the alarms would notify nobody) unless
+# NO_ALARM_NOTIFICATIONS=1 says that is meant. Only the alarm parameters are passed: on a stack
+# that exists, sam deploy keeps every other parameter's previous value. DEPLOY_ARGS go to sam
+# deploy as they are (e.g. --guided, --stack-name NAME, --parameter-overrides is not for them).
+ALARM_EMAIL ?=
+ALARM_TOPIC_ARN ?=
+NO_ALARM_NOTIFICATIONS ?=
+DEPLOY_ARGS ?=
+SAM ?= sam
+ALARM_OVERRIDES = $(if $(ALARM_EMAIL),AlarmEmail=$(ALARM_EMAIL)) \
+	$(if $(ALARM_TOPIC_ARN),AlarmTopicArn=$(ALARM_TOPIC_ARN))
+deploy-check:
+	@if [ -z '$(strip $(ALARM_EMAIL)$(ALARM_TOPIC_ARN))' ] && [ '$(NO_ALARM_NOTIFICATIONS)' != 1 ]; then \
+		echo "make deploy: the stack's alarms would notify nobody. Name where they go:" \
+			"make deploy ALARM_EMAIL=you@example.com (a new SNS topic; confirm its e-mail)" \
+			"or ALARM_TOPIC_ARN=arn:aws:sns:REGION:ACCOUNT:TOPIC (an existing topic);" \
+			"or say that is meant: NO_ALARM_NOTIFICATIONS=1 (docs/deploy.md, Alarm notifications)" >&2; \
+		exit 2; \
+	fi
+
+deploy: deploy-check
+	$(SAM) build
+	$(SAM) deploy $(DEPLOY_ARGS) $(if $(strip $(ALARM_OVERRIDES)),--parameter-overrides $(strip $(ALARM_OVERRIDES)))
 
 # The artifact tier (tests/artifact): the packaged versions are the pins, nothing else is
 # packaged, every module has its .pyc, and each handler imports in a bare Python 3.13 from the
