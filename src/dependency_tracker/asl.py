@@ -23,8 +23,9 @@ the partition of the Task's ``Resource`` (``"aws"`` unless given, ``"${Partition
 for a deployment to fill in with ``AWS::Partition``).
 
 Each Task retries the send itself (:func:`send_retry`) when SQS throttles or fails
-it (:data:`SQS_TRANSIENT_ERRORS`; briefly, :data:`SQS_UNCLASSIFIED_ERRORS`), and nothing else: not the tracker's answers,
-not the callback timeout. A retried attempt waits on a new task token; if the
+it (:data:`SQS_TRANSIENT_ERRORS`; briefly, :data:`SQS_UNCLASSIFIED_ERRORS`), and
+nothing else: not SQS's permanent refusals, not the tracker's answers, not the
+callback timeout. A retried attempt waits on a new task token; if the
 failed attempt's message was delivered anyway, the tracker's answer to its token
 is refused (``TaskTimedOut``) and dropped as "parent gone".
 The dicts serialise with :func:`json.dumps` into a definition, and fit CDK's
