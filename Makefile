@@ -73,7 +73,8 @@ PYTHON_LAMBDA ?= $(shell for p in python3.13 \
 	$$(ls -d $(foreach r,$(_PYENV_ROOTS),$(r)/versions/3.13*/bin/python3.13) 2>/dev/null | sort -rV); do \
 	"$$p" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' >/dev/null 2>&1 && { echo "$$p"; break; }; \
 	done)
-LAMBDA_DIR := build/lambda
+LAMBDA_DIR ?= build/lambda
+LAMBDA_STAMP ?= build/.lambda.stamp
 LAMBDA_HOST_DIR := build/lambda-host
 LAMBDA_SOURCES := src/requirements.txt scripts/build_lambda.py $(shell find src/dependency_tracker \
 	stepfunctions -type f -not -name '*.pyc' -not -path 'src/dependency_tracker_local/*' \
@@ -91,8 +92,8 @@ define build_lambda
 	"$$py" scripts/build_lambda.py --output "$(1)" $(2)
 endef
 
-build: build/.lambda.stamp
-build/.lambda.stamp: $(LAMBDA_SOURCES)
+build: $(LAMBDA_STAMP)
+$(LAMBDA_STAMP): $(LAMBDA_SOURCES)
 	$(call build_lambda,$(LAMBDA_DIR))
 	touch $@
 
@@ -103,10 +104,15 @@ build/.lambda-host.stamp: $(LAMBDA_SOURCES)
 
 # sam build: every function has Metadata BuildMethod makefile and WorkingDirectory "."
 # (template.yaml), so SAM runs these targets here (src/Makefile includes this file) with
-# ARTIFACTS_DIR set: the artifact it deploys is make build's.
+# ARTIFACTS_DIR set: the artifact it deploys is make build's. SAM builds each makefile function
+# on its own (in parallel with sam build --parallel), so each target takes turns on a lock,
+# runs make build (the first builds the artifact, the others find it current) and copies it
+# to its ARTIFACTS_DIR (scripts/sam_build_function.py): one build, five identical folders,
+# which sam deploy uploads as one zip (it names uploads by content and skips one already there).
 build-ProcessFunction build-UpdateStateFunction build-CallbackFunction build-SweeperFunction \
 build-CirrusEventsFunction:
-	$(call build_lambda,$(ARTIFACTS_DIR))
+	$(PYTHON) scripts/sam_build_function.py --artifacts-dir "$(ARTIFACTS_DIR)" \
+		--lambda-dir $(LAMBDA_DIR) -- $(MAKE) --no-print-directory build
 
 # Deploy (docs/deploy.md, Alarm notifications): sam build, then sam deploy with where the alarms
 # go. Without ALARM_EMAIL or ALARM_TOPIC_ARN it refuses (the alarms would notify nobody) unless
