@@ -203,9 +203,13 @@ SQS_PERMANENT = {
 
 def backoff(retrier: dict[str, Any]) -> float:
     """Seconds a retrier waits at most, over all its attempts."""
-    return sum(
-        min(retrier["IntervalSeconds"] * retrier["BackoffRate"] ** n, retrier["MaxDelaySeconds"])
-        for n in range(retrier["MaxAttempts"])
+    return float(
+        sum(
+            min(
+                retrier["IntervalSeconds"] * retrier["BackoffRate"] ** n, retrier["MaxDelaySeconds"]
+            )
+            for n in range(retrier["MaxAttempts"])
+        )
     )
 
 
