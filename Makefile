@@ -5,8 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp
 
 .PHONY: venv venv-cirrus constraints lint format test test-unit test-e2e test-cirrus demo demo-cirrus check clean \
-	bench bench-smoke bench-timing bench-100k chaos build build-host test-artifact \
-	deploy deploy-check
+	bench bench-smoke bench-timing bench-100k chaos build build-host test-artifact
 
 venv: $(STAMP)
 
@@ -119,6 +118,7 @@ build-CirrusEventsFunction:
 # NO_ALARM_NOTIFICATIONS=1 says that is meant. Only the alarm parameters are passed: on a stack
 # that exists, sam deploy keeps every other parameter's previous value. DEPLOY_ARGS go to sam
 # deploy as they are (e.g. --guided, --stack-name NAME, --parameter-overrides is not for them).
+.PHONY: deploy deploy-check
 ALARM_EMAIL ?=
 ALARM_TOPIC_ARN ?=
 NO_ALARM_NOTIFICATIONS ?=
