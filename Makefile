@@ -115,17 +115,20 @@ build-CirrusEventsFunction:
 
 # Deploy (docs/deploy.md, Alarm notifications): sam build, then sam deploy with where the alarms
 # go. Without ALARM_EMAIL or ALARM_TOPIC_ARN it refuses (the alarms would notify nobody) unless
-# NO_ALARM_NOTIFICATIONS=1 says that is meant. Only the alarm parameters are passed: on a stack
-# that exists, sam deploy keeps every other parameter's previous value. DEPLOY_ARGS go to sam
-# deploy as they are (e.g. --guided, --stack-name NAME, --parameter-overrides is not for them).
+# NO_ALARM_NOTIFICATIONS=1 says that is meant. Only the alarm parameters and PARAMETER_OVERRIDES
+# (Key=Value ..., e.g. what `dependency-tracker cirrus-params NAME` names) are passed, in one
+# --parameter-overrides (SAM keeps the last one given): on a stack that exists, sam deploy keeps
+# every other parameter's previous value. DEPLOY_ARGS go to sam deploy as they are (--guided,
+# --stack-name NAME, ...; not --parameter-overrides: use PARAMETER_OVERRIDES).
 .PHONY: deploy deploy-check
 ALARM_EMAIL ?=
 ALARM_TOPIC_ARN ?=
 NO_ALARM_NOTIFICATIONS ?=
+PARAMETER_OVERRIDES ?=
 DEPLOY_ARGS ?=
 SAM ?= sam
 ALARM_OVERRIDES = $(if $(ALARM_EMAIL),AlarmEmail=$(ALARM_EMAIL)) \
-	$(if $(ALARM_TOPIC_ARN),AlarmTopicArn=$(ALARM_TOPIC_ARN))
+	$(if $(ALARM_TOPIC_ARN),AlarmTopicArn=$(ALARM_TOPIC_ARN)) $(PARAMETER_OVERRIDES)
 deploy-check:
 	@if [ -z '$(strip $(ALARM_EMAIL)$(ALARM_TOPIC_ARN))' ] && [ '$(NO_ALARM_NOTIFICATIONS)' != 1 ]; then \
 		echo "make deploy: the stack's alarms would notify nobody. Name where they go:" \

@@ -39,7 +39,14 @@ def cirrus_params(
     overrides = " ".join(shlex.quote(f"{key}={value}") for key, value in parameters.items())
     command = f"sam deploy --parameter-overrides {overrides}"
     if json_output:
-        render.emit_json({"deployment": name, "parameters": parameters, "command": command})
+        render.emit_json(
+            {
+                "deployment": name,
+                "parameters": parameters,
+                "overrides": overrides,
+                "command": command,
+            }
+        )
         return
     lines = [f"{shlex.quote(f'{key}={value}')}" for key, value in parameters.items()]
     print("sam deploy --parameter-overrides \\")

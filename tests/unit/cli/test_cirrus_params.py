@@ -111,6 +111,7 @@ def test_the_overrides_deploy_cirrus_mode_with_the_deployment_s_names(
     words = shlex.split(printed["command"])
     assert words[:3] == ["sam", "deploy", "--parameter-overrides"]
     assert dict(word.split("=", 1) for word in words[3:]) == printed["parameters"]
+    assert printed["command"] == f"sam deploy --parameter-overrides {printed['overrides']}"
     # AND without --json it prints the same command, one override a line
     plain = run(NAME)
     assert plain.exit_code == 0, plain.output

@@ -17,7 +17,14 @@ import pytest
 from tests.unit.template_contract.cfn import ROOT
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
-GATE = ("ALARM_EMAIL", "ALARM_TOPIC_ARN", "NO_ALARM_NOTIFICATIONS", "DEPLOY_ARGS", "SAM")
+GATE = (
+    "ALARM_EMAIL",
+    "ALARM_TOPIC_ARN",
+    "NO_ALARM_NOTIFICATIONS",
+    "PARAMETER_OVERRIDES",
+    "DEPLOY_ARGS",
+    "SAM",
+)
 
 
 def make_deploy(*assignments: str) -> subprocess.CompletedProcess[str]:
@@ -68,3 +75,19 @@ def test_make_deploy_builds_then_deploys_with_where_the_alarms_go(
         "build",
         f"deploy --stack-name ops-test {overrides}".rstrip(),
     ]
+
+
+def test_make_deploy_passes_other_overrides_in_the_same_option() -> None:
+    # WHEN make deploy is given other parameters too (SAM keeps only the last
+    # --parameter-overrides, so there must be one)
+    done = make_deploy(
+        "ALARM_EMAIL=ops@example.com", "PARAMETER_OVERRIDES=CirrusPrefix=my-cirrus Prefix=deptrack"
+    )
+    # THEN they follow the alarm's, in one --parameter-overrides
+    assert done.returncode == 0, done
+    assert done.stdout.splitlines()[-1] == (
+        "deploy --parameter-overrides AlarmEmail=ops@example.com CirrusPrefix=my-cirrus "
+        "Prefix=deptrack"
+    )
+    # AND other parameters alone do not tell where the alarms go
+    assert make_deploy("PARAMETER_OVERRIDES=Prefix=deptrack").returncode == 2
