@@ -72,7 +72,8 @@ PYTHON_LAMBDA ?= $(shell for p in python3.13 \
 	$$(ls -d $(foreach r,$(_PYENV_ROOTS),$(r)/versions/3.13*/bin/python3.13) 2>/dev/null | sort -rV); do \
 	"$$p" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' >/dev/null 2>&1 && { echo "$$p"; break; }; \
 	done)
-LAMBDA_DIR := build/lambda
+LAMBDA_DIR ?= build/lambda
+LAMBDA_STAMP ?= build/.lambda.stamp
 LAMBDA_HOST_DIR := build/lambda-host
 LAMBDA_SOURCES := src/requirements.txt scripts/build_lambda.py $(shell find src/dependency_tracker \
 	stepfunctions -type f -not -name '*.pyc' -not -path 'src/dependency_tracker_local/*' \
@@ -90,8 +91,8 @@ define build_lambda
 	"$$py" scripts/build_lambda.py --output "$(1)" $(2)
 endef
 
-build: build/.lambda.stamp
-build/.lambda.stamp: $(LAMBDA_SOURCES)
+build: $(LAMBDA_STAMP)
+$(LAMBDA_STAMP): $(LAMBDA_SOURCES)
 	$(call build_lambda,$(LAMBDA_DIR))
 	touch $@
 
@@ -102,10 +103,44 @@ build/.lambda-host.stamp: $(LAMBDA_SOURCES)
 
 # sam build: every function has Metadata BuildMethod makefile and WorkingDirectory "."
 # (template.yaml), so SAM runs these targets here (src/Makefile includes this file) with
-# ARTIFACTS_DIR set: the artifact it deploys is make build's.
+# ARTIFACTS_DIR set: the artifact it deploys is make build's. SAM builds each makefile function
+# on its own (in parallel with sam build --parallel), so each target takes turns on a lock,
+# runs make build (the first builds the artifact, the others find it current) and copies it
+# to its ARTIFACTS_DIR (scripts/sam_build_function.py): one build, five identical folders,
+# which sam deploy uploads as one zip (it names uploads by content and skips one already there).
 build-ProcessFunction build-UpdateStateFunction build-CallbackFunction build-SweeperFunction \
 build-CirrusEventsFunction:
-	$(call build_lambda,$(ARTIFACTS_DIR))
+	$(PYTHON) scripts/sam_build_function.py --artifacts-dir "$(ARTIFACTS_DIR)" \
+		--lambda-dir $(LAMBDA_DIR) -- $(MAKE) --no-print-directory build
+
+# Deploy (docs/deploy.md, Alarm notifications): sam build, then sam deploy with where the alarms
+# go. Without ALARM_EMAIL or ALARM_TOPIC_ARN it refuses (the alarms would notify nobody) unless
+# NO_ALARM_NOTIFICATIONS=1 says that is meant. Only the alarm parameters and PARAMETER_OVERRIDES
+# (Key=Value ..., e.g. what `dependency-tracker cirrus-params NAME` names) are passed, in one
+# --parameter-overrides (SAM keeps the last one given): on a stack that exists, sam deploy keeps
+# every other parameter's previous value. DEPLOY_ARGS go to sam deploy as they are (--guided,
+# --stack-name NAME, ...; not --parameter-overrides: use PARAMETER_OVERRIDES).
+.PHONY: deploy deploy-check
+ALARM_EMAIL ?=
+ALARM_TOPIC_ARN ?=
+NO_ALARM_NOTIFICATIONS ?=
+PARAMETER_OVERRIDES ?=
+DEPLOY_ARGS ?=
+SAM ?= sam
+ALARM_OVERRIDES = $(if $(ALARM_EMAIL),AlarmEmail=$(ALARM_EMAIL)) \
+	$(if $(ALARM_TOPIC_ARN),AlarmTopicArn=$(ALARM_TOPIC_ARN)) $(PARAMETER_OVERRIDES)
+deploy-check:
+	@if [ -z '$(strip $(ALARM_EMAIL)$(ALARM_TOPIC_ARN))' ] && [ '$(NO_ALARM_NOTIFICATIONS)' != 1 ]; then \
+		echo "make deploy: the stack's alarms would notify nobody. Name where they go:" \
+			"make deploy ALARM_EMAIL=you@example.com (a new SNS topic; confirm its e-mail)" \
+			"or ALARM_TOPIC_ARN=arn:aws:sns:REGION:ACCOUNT:TOPIC (an existing topic);" \
+			"or say that is meant: NO_ALARM_NOTIFICATIONS=1 (docs/deploy.md, Alarm notifications)" >&2; \
+		exit 2; \
+	fi
+
+deploy: deploy-check
+	$(SAM) build
+	$(SAM) deploy $(DEPLOY_ARGS) $(if $(strip $(ALARM_OVERRIDES)),--parameter-overrides $(strip $(ALARM_OVERRIDES)))
 
 # The artifact tier (tests/artifact): the packaged versions are the pins, nothing else is
 # packaged, every module has its .pyc, and each handler imports in a bare Python 3.13 from the

@@ -1,6 +1,7 @@
 """Build the Lambda artifact: the pinned runtime dependencies and the tracker, compiled.
 
-``make build`` (and ``sam build``, through the template's ``BuildMethod: makefile``) runs::
+``make build`` (and ``sam build``, through the template's ``BuildMethod: makefile`` and
+scripts/sam_build_function.py, once for all the functions) runs::
 
     python3.13 scripts/build_lambda.py --output build/lambda
 

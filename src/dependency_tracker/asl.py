@@ -23,8 +23,9 @@ the partition of the Task's ``Resource`` (``"aws"`` unless given, ``"${Partition
 for a deployment to fill in with ``AWS::Partition``).
 
 Each Task retries the send itself (:func:`send_retry`) when SQS throttles or fails
-it (:data:`SQS_TRANSIENT_ERRORS`), and nothing else: not the tracker's answers,
-not the callback timeout. A retried attempt waits on a new task token; if the
+it (:data:`SQS_TRANSIENT_ERRORS`; briefly, :data:`SQS_UNCLASSIFIED_ERRORS`), and
+nothing else: not SQS's permanent refusals, not the tracker's answers, not the
+callback timeout. A retried attempt waits on a new task token; if the
 failed attempt's message was delivered anyway, the tracker's answer to its token
 is refused (``TaskTimedOut``) and dropped as "parent gone".
 The dicts serialise with :func:`json.dumps` into a definition, and fit CDK's
@@ -37,8 +38,9 @@ Example:
     ... )
     >>> state["Resource"]
     'arn:aws:states:::sqs:sendMessage.waitForTaskToken'
-    >>> state["Retry"][0]["ErrorEquals"]
-    ['SQS.AmazonSQSException', 'SQS.SdkClientException']
+    >>> [retrier["ErrorEquals"] for retrier in state["Retry"]]  # doctest: +NORMALIZE_WHITESPACE
+    [['SQS.RequestThrottledException', 'SQS.KmsThrottledException', 'SQS.SdkClientException'],
+     ['SQS.AmazonSQSException']]
     >>> [catcher["ErrorEquals"] for catcher in state["Catch"]]  # doctest: +NORMALIZE_WHITESPACE
     [['DependencyFailed', 'DependencyInvalid', 'DependencyAborted', 'DependencyCycle',
       'States.Timeout']]
@@ -57,10 +59,24 @@ SEND_AND_WAIT = "arn:aws:states:::sqs:sendMessage.waitForTaskToken"
 # The ARN above in any partition (aws, aws-cn, aws-us-gov): ``send_and_wait("${Partition}")``.
 _SEND_AND_WAIT = "arn:{partition}:states:::sqs:sendMessage.waitForTaskToken"
 DEFAULT_PARTITION = "aws"
-# What Step Functions names a failed call of its optimized SQS integration: the
-# service refused it (throttling, 5xx: AmazonSQSException) or it never got an answer
-# (network, timeout on the client's side: SdkClientException).
-SQS_TRANSIENT_ERRORS: tuple[str, ...] = ("SQS.AmazonSQSException", "SQS.SdkClientException")
+# What Step Functions names a failed call of its optimized SQS integration: "SQS." and the
+# class the AWS SDK raised. Transient by their names: SQS's own throttling classes, and a
+# call that never got an answer (network, a timeout on the client's side: SdkClientException).
+SQS_TRANSIENT_ERRORS: tuple[str, ...] = (
+    "SQS.RequestThrottledException",
+    "SQS.KmsThrottledException",
+    "SQS.SdkClientException",
+)
+# The SDK's base class, the name of every error code it has no class of its own for: the
+# common throttling and 5xx codes (ThrottlingException, InternalFailure, ServiceUnavailable),
+# but also permanent refusals (AccessDenied, InvalidParameterValue for a message over SQS's
+# size limit, MissingParameter). A Retry matches names only and this one does not tell them
+# apart, so it is retried briefly (two more attempts, about 3 s): enough for a blip, without
+# a minute of retries before a permanent refusal fails the parent. The SDK's classes of
+# permanent refusals (QueueDoesNotExistException, InvalidMessageContentsException, the Kms*
+# access and key errors, ...) are never retried.
+SQS_UNCLASSIFIED_ERRORS: tuple[str, ...] = ("SQS.AmazonSQSException",)
+UNCLASSIFIED_MAX_ATTEMPTS = 2
 # The same for its optimized DynamoDB integration: the throttling and 5xx errors by
 # their own names (``DynamoDB.<code>``), AmazonDynamoDBException for those the SDK
 # has no class of its own for (ThrottlingException), SdkClientException as above.
@@ -114,8 +130,15 @@ def send_and_wait(partition: str = DEFAULT_PARTITION) -> str:
 
 
 def send_retry() -> list[dict[str, Any]]:
-    """The ``Retry`` of a Task that sends to SQS: throttling and 5xx only (a fresh list)."""
-    return [_retrier(SQS_TRANSIENT_ERRORS)]
+    """The ``Retry`` of a Task that sends to SQS: throttling and 5xx only (a fresh list).
+
+    The transient names get the full backoff; SQS's unclassified errors a brief one
+    (:data:`SQS_UNCLASSIFIED_ERRORS`).
+    """
+    return [
+        _retrier(SQS_TRANSIENT_ERRORS),
+        _retrier(SQS_UNCLASSIFIED_ERRORS, max_attempts=UNCLASSIFIED_MAX_ATTEMPTS),
+    ]
 
 
 def dynamodb_retry() -> list[dict[str, Any]]:
@@ -123,12 +146,12 @@ def dynamodb_retry() -> list[dict[str, Any]]:
     return [_retrier(DYNAMODB_TRANSIENT_ERRORS)]
 
 
-def _retrier(errors: Sequence[str]) -> dict[str, Any]:
+def _retrier(errors: Sequence[str], max_attempts: int = RETRY_MAX_ATTEMPTS) -> dict[str, Any]:
     return {
         "ErrorEquals": list(errors),
         "IntervalSeconds": RETRY_INTERVAL_SECONDS,
         "BackoffRate": RETRY_BACKOFF_RATE,
-        "MaxAttempts": RETRY_MAX_ATTEMPTS,
+        "MaxAttempts": max_attempts,
         "MaxDelaySeconds": RETRY_MAX_DELAY_SECONDS,
         "JitterStrategy": "FULL",
     }

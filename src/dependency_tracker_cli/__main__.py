@@ -8,6 +8,7 @@ import typer
 
 from dependency_tracker import __version__
 from dependency_tracker_cli.commands import (
+    cirrus_params,
     demo,
     follow,
     graph,
@@ -77,6 +78,7 @@ app.command(name="list", cls=Command)(list_cmd.list_payloads)
 app.command(cls=Command)(rerun.rerun)
 app.command(cls=Command)(logs.logs)
 app.command(cls=Command)(ui.ui)
+app.command(name="cirrus-params", cls=Command)(cirrus_params.cirrus_params)
 
 
 def main() -> None:

@@ -119,11 +119,6 @@ class TokenBucket:
             self._tokens -= 1
             return True
 
-    @property
-    def tokens(self) -> float:
-        """Tokens held as of the last call (not refilled to now)."""
-        return self._tokens
-
 
 @dataclass
 class RateModel:

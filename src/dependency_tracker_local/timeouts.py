@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dependency_tracker_local.context import LocalContext
+from dependency_tracker_local.runner import StackStoppedError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -121,6 +122,8 @@ def invoke(
     context = timeouts.context(function, fallback)
     try:
         response = handler(event, context)
+    except StackStoppedError:
+        raise  # never invoked: however long it waited, nothing ran
     except Exception as exc:
         # Past its timeout Lambda had stopped it before it could fail.
         if timeouts.finished(context):

@@ -66,7 +66,8 @@ class SendFaults:
 
     marker: str
     # "before" or "after" the message reaches the queue; "late": it reaches the queue only
-    # after the Retry's message (SQS gives no order: the first send is delivered last)
+    # after the Retry's message (SQS gives no order: the first send is delivered last);
+    # "always": every attempt fails before it is sent (a refusal no retry mends)
     when: str
     error_name: str = THROTTLED
     attempts: list[str] = field(default_factory=list)  # the token of each attempt
@@ -82,6 +83,8 @@ class SendFaults:
         with self._lock:
             self.attempts.append(token)
             first = len(self.attempts) == 1
+        if self.when == "always":
+            raise InjectedSendError(self.error_name)
         if first and self.when in ("before", "late"):
             if self.when == "late":
                 self._held = (original, task, call)
@@ -274,3 +277,32 @@ def test_a_join_by_manifest_sent_twice_by_its_retry_waits_once_and_succeeds(
             ConsistentRead=True,
         )["Item"]
         assert len(state["executions"]["SS"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("error_name", "attempts"),
+    [
+        # one of the SDK's classes of permanent refusals: never retried
+        ("SQS.QueueDoesNotExistException", 1),
+        ("SQS.InvalidMessageContentsException", 1),
+        # the SDK's name for codes it has no class for (AccessDenied, a message too large, but
+        # also common throttling): two more attempts, not the transient names' six
+        ("SQS.AmazonSQSException", 3),
+    ],
+)
+def test_a_send_refused_for_good_fails_the_parent_without_a_minute_of_retries(
+    stack: LocalStack, faults: list[SendFaults], error_name: str, attempts: int
+) -> None:
+    # GIVEN a parent whose every send of one dependency is refused under error_name
+    item = f"send-refused-{error_name.rsplit('.', 1)[1].lower()}"
+    fault = SendFaults(marker=f'"{item}"', when="always", error_name=error_name)
+    faults.append(fault)
+    parent = start_parent(stack, item, [dependency(item)])
+    # WHEN it runs
+    described = finished(stack, parent, timeout=60)
+    # THEN it fails with that error after `attempts` sends, and nothing reached the tracker
+    assert described["status"] == "FAILED"
+    assert described.get("error") == error_name, described.get("cause")
+    assert history_errors(stack, parent) == [error_name] * attempts
+    assert len(fault.attempts) == attempts
+    assert fault.delivered == []

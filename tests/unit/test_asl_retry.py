@@ -29,10 +29,18 @@ SERVICE = re.compile(r"arn:[^:]+:states:::(?P<service>sqs|dynamodb):")
 # Never to be retried: the catch-alls and the callback timeout (asl.NEVER_RETRIED), and
 # every error the tracker answers with (a SendTaskFailure surfaces under its own name).
 FORBIDDEN = asl.NEVER_RETRIED | {error.value for error in DependencyError}
-REQUIRED = {"sqs": set(asl.SQS_TRANSIENT_ERRORS), "dynamodb": set(asl.DYNAMODB_TRANSIENT_ERRORS)}
+REQUIRED = {
+    "sqs": set(asl.SQS_TRANSIENT_ERRORS) | set(asl.SQS_UNCLASSIFIED_ERRORS),
+    "dynamodb": set(asl.DYNAMODB_TRANSIENT_ERRORS),
+}
 # The throttling and 5xx names each integration must retry at the least.
 ESSENTIAL = {
-    "sqs": {"SQS.AmazonSQSException", "SQS.SdkClientException"},
+    "sqs": {
+        "SQS.RequestThrottledException",
+        "SQS.KmsThrottledException",
+        "SQS.SdkClientException",
+        "SQS.AmazonSQSException",
+    },
     "dynamodb": {
         "DynamoDB.ProvisionedThroughputExceededException",
         "DynamoDB.ThrottlingException",
@@ -110,7 +118,9 @@ def test_every_sqs_and_dynamodb_task_retries_transient_faults_only(
         # AND with jittered, capped backoff: Map iterations throttled together spread out,
         # and the retries end within about a minute
         assert retrier["JitterStrategy"] == "FULL", where
-        assert retrier["MaxAttempts"] >= 3, where
+        # (SQS's unclassified errors get a brief retry of their own: the test below)
+        if retrier["ErrorEquals"] != list(asl.SQS_UNCLASSIFIED_ERRORS):
+            assert retrier["MaxAttempts"] >= 3, where
         waits = sum(
             min(
                 retrier["IntervalSeconds"] * retrier["BackoffRate"] ** n, retrier["MaxDelaySeconds"]
@@ -169,3 +179,58 @@ def test_the_local_stack_fills_the_partition_in() -> None:
     rendered = json.loads(definitions.render(path, {**values, "Partition": "aws-us-gov"}))
     (_, task), *_ = task_states(rendered["States"], "wait-for-dependencies")
     assert task["Resource"].startswith("arn:aws-us-gov:states:::")
+
+
+# The SDK's classes of SQS errors that no retry can mend (the queue is gone, the message is
+# malformed, the key refuses the caller, the request is not HTTPS/SigV4, ...): Step Functions
+# names them "SQS.<class>" (AWS SDK for Java, package com.amazonaws.services.sqs.model).
+SQS_PERMANENT = {
+    "SQS.QueueDoesNotExistException",
+    "SQS.InvalidMessageContentsException",
+    "SQS.InvalidAddressException",
+    "SQS.InvalidAttributeNameException",
+    "SQS.InvalidAttributeValueException",
+    "SQS.InvalidSecurityException",
+    "SQS.KmsAccessDeniedException",
+    "SQS.KmsDisabledException",
+    "SQS.KmsInvalidKeyUsageException",
+    "SQS.KmsInvalidStateException",
+    "SQS.KmsNotFoundException",
+    "SQS.KmsOptInRequired",
+    "SQS.UnsupportedOperationException",
+}
+
+
+def backoff(retrier: dict[str, Any]) -> float:
+    """Seconds a retrier waits at most, over all its attempts."""
+    return float(
+        sum(
+            min(
+                retrier["IntervalSeconds"] * retrier["BackoffRate"] ** n, retrier["MaxDelaySeconds"]
+            )
+            for n in range(retrier["MaxAttempts"])
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("where", "state"),
+    [(where, state) for where, service, state in TASKS if service == "sqs"],
+    ids=[where for where, service, _ in TASKS if service == "sqs"],
+)
+def test_an_sqs_send_retries_permanent_refusals_never_and_unclassified_errors_briefly(
+    where: str, state: dict[str, Any]
+) -> None:
+    retriers = {name: r for r in state["Retry"] for name in r["ErrorEquals"]}
+    # THEN SQS's permanent refusals, by the SDK's names, are never retried
+    assert not SQS_PERMANENT & set(retriers), where
+    # AND the throttling classes get the full backoff (6 attempts)
+    for name in asl.SQS_TRANSIENT_ERRORS:
+        assert retriers[name]["MaxAttempts"] == asl.RETRY_MAX_ATTEMPTS, (where, name)
+    # AND AmazonSQSException, which names permanent refusals too (AccessDenied, a message over
+    # the size limit), is retried twice, within a few seconds, by a retrier of its own
+    (unclassified,) = asl.SQS_UNCLASSIFIED_ERRORS
+    brief = retriers[unclassified]
+    assert brief["ErrorEquals"] == [unclassified], where
+    assert brief["MaxAttempts"] == asl.UNCLASSIFIED_MAX_ATTEMPTS == 2, where
+    assert backoff(brief) <= 3, where

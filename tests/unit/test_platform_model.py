@@ -458,3 +458,25 @@ def test_the_stack_models_the_platform_by_default() -> None:
         platform.template_functions(template_reader.load_template())
     )
     assert sqs_pump.maximum_concurrency == expected
+
+
+@pytest.mark.parametrize(
+    ("parameters", "function", "event"),
+    [
+        ({}, "UpdateStateFunction", "StatusReports"),
+        ({"CirrusPrefix": "cirrus"}, "CirrusEventsFunction", "CirrusEvents"),
+    ],
+)
+def test_the_status_event_triggers_are_capped_and_checked(
+    parameters: dict[str, str], function: str, event: str
+) -> None:
+    # GIVEN the template's trigger of the events that end payloads
+    template = template_reader.load_template()
+    functions = platform.template_functions(template, parameters)
+    # THEN it carries StatusEventsMaxConcurrency, its default within Lambda's range
+    default = int(template["Parameters"]["StatusEventsMaxConcurrency"]["Default"])
+    assert functions[function].maximum_concurrency[event] == default
+    # AND a value outside 2..1,000 is refused as Lambda refuses it
+    low = platform.template_functions(template, {**parameters, "StatusEventsMaxConcurrency": "1"})
+    with pytest.raises(platform.PlatformError, match=rf"{function} {event}: .*maximumConcurrency"):
+        platform.check_concurrency({function: low[function]}, account_concurrency=1000)

@@ -21,11 +21,11 @@ from moto import mock_aws
 from dependency_tracker_local import platform
 from dependency_tracker_local import template as template_reader
 from dependency_tracker_local.context import LocalContext
-from dependency_tracker_local.pumps import SchedulePump, SqsPump
-from dependency_tracker_local.runner import Invoker
+from dependency_tracker_local.pumps import SchedulePump, SqsPump, StreamPump
+from dependency_tracker_local.runner import Invoker, StackStoppedError
 from dependency_tracker_local.stack import EmbeddedStack
-from dependency_tracker_local.timeouts import FunctionTimedOutError, FunctionTimeouts
-from tests.conftest import REGION, wait_until
+from dependency_tracker_local.timeouts import FunctionTimedOutError, FunctionTimeouts, invoke
+from tests.conftest import DEPENDENCY_TABLE, REGION, Aws, wait_until
 
 FUNCTION = "worker"
 
@@ -94,8 +94,9 @@ def _count(sqs: Any, url: str) -> int:
 
 @pytest.mark.parametrize("modelled", [True, False], ids=["model-on", "model-off"])
 def test_a_batch_past_its_timeout_returns_whole_and_climbs_to_the_dlq(
-    modelled: bool, caplog: pytest.LogCaptureFixture
+    modelled: bool, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv(platform.ENV_SWITCH, "1" if modelled else "0")
     clock = Clock()
     model = _model(clock, timeout=1.0)
     handler = SlowHandler(clock, runs=1.5)
@@ -113,8 +114,9 @@ def test_a_batch_past_its_timeout_returns_whole_and_climbs_to_the_dlq(
             handler=handler,
             region=REGION,
             function_name=FUNCTION,
-            platform=model if modelled else None,
         )
+        if modelled:  # the default model (from the template), on this test's clock
+            pump.platform = model
         with caplog.at_level(logging.WARNING, logger="dependency_tracker_local.timeouts"):
             rounds = [pump.pump_once() for _ in range(4)]
         left, dead = _count(sqs, url), _count(sqs, dlq_url)
@@ -130,6 +132,7 @@ def test_a_batch_past_its_timeout_returns_whole_and_climbs_to_the_dlq(
         assert model.timed_out[0].elapsed_seconds == pytest.approx(1.5)
         assert "timed out" in caplog.text
     else:
+        assert pump.platform is None  # DEPTRACK_PLATFORM=0
         assert rounds == [3, 0, 0, 0]
         assert handler.receives == [[1, 1, 1]]
         assert (left, dead) == (0, 0)
@@ -157,6 +160,48 @@ def test_a_batch_within_its_timeout_is_deleted() -> None:
         assert (_count(sqs, url), _count(sqs, dlq_url)) == (0, 0)
     assert model.timed_out == []
     assert model.timeouts.longest[FUNCTION] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("modelled", [True, False], ids=["model-on", "model-off"])
+def test_a_stream_batch_past_its_timeout_is_retried(modelled: bool, aws: Aws) -> None:
+    clock = Clock()
+    model = _model(clock, timeout=1.0)
+    seen: list[int] = []
+
+    def record_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        seen.append(len(event["Records"]))
+        clock.now += 1.5
+        return {"batchItemFailures": []}
+
+    pump = StreamPump(
+        streams=aws.streams,
+        stream_arn=aws.stream_arn,
+        handler=record_handler,
+        region=REGION,
+        filter_pattern={},
+        function_name=FUNCTION,
+        max_retries=1,
+        clock=clock,
+        platform=model if modelled else None,
+    )
+    for n in range(2):
+        aws.dynamodb.put_item(
+            TableName=DEPENDENCY_TABLE, Item={"payload_id": {"S": f"p{n}"}, "waiter_id": {"S": "w"}}
+        )
+
+    delivered = [pump.pump_once() for _ in range(3)]
+
+    if modelled:
+        # Retried whole (nothing checkpointed), then its first record went to the failure
+        # destination after max_retries, and the second was retried alone.
+        assert delivered == [0, 0, 0]
+        assert seen == [2, 2, 1]
+        assert len(pump.dead_letters) == 1
+        assert len(model.timed_out) == 3
+    else:
+        assert delivered == [2, 0, 0]
+        assert seen == [2]
+        assert pump.dead_letters == []
 
 
 def test_a_scheduled_invocation_past_its_timeout_is_a_failure() -> None:
@@ -202,6 +247,21 @@ def test_the_wait_for_another_invocation_is_not_part_of_the_timeout() -> None:
 
     assert seen == [1000]
     assert not context.overran()
+
+
+def test_an_event_refused_by_a_stopping_stack_is_no_timeout() -> None:
+    clock = Clock()
+    timeouts = FunctionTimeouts({FUNCTION: 1.0}, clock=clock)
+    invoker = Invoker()
+
+    def waited_then_refused(event: dict[str, Any], context: Any) -> Any:
+        clock.now += 5.0  # waited for a long invocation, then the stack began to stop
+        invoker.close()
+        return invoker.wrap(lambda e, c: None)(event, context)
+
+    with pytest.raises(StackStoppedError):
+        invoke(timeouts, FUNCTION, waited_then_refused, {})
+    assert timeouts.timed_out == []
 
 
 def test_each_function_takes_its_timeout_from_the_template() -> None:

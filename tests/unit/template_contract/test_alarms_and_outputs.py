@@ -105,3 +105,64 @@ def test_samconfig_deploys_this_template(stack: Stack) -> None:
         assert allowed is None or value in map(str, allowed), name
     # and the Rules let the saved parameters deploy
     assert template_rules.refusals(stack.template, overrides) == []
+
+
+@pytest.mark.parametrize("parameters", [{}, {"CirrusPrefix": "my-cirrus"}])
+def test_a_recursive_loop_lambda_stops_is_alarmed_for_every_function(
+    template: dict[str, Any], parameters: dict[str, str]
+) -> None:
+    # GIVEN the alarms' metric-math reads of Lambda's RecursiveInvocationsDropped
+    stack = Stack(template, parameters)
+    alarms = [
+        stack.resolved_properties(alarm)
+        for alarm in stack.of_type("AWS::CloudWatch::Alarm")
+        if "Condition" not in stack.resources[alarm]
+        or stack.condition(stack.resources[alarm]["Condition"])
+    ]
+    (alarm,) = [
+        a
+        for a in alarms
+        if any(
+            m.get("MetricStat", {}).get("Metric", {}).get("MetricName")
+            == "RecursiveInvocationsDropped"
+            for m in a.get("Metrics", [])
+        )
+    ]
+    reads = {m["Id"]: m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m}
+    # THEN it reads every function the stack deploys, by its FunctionName (the metric Lambda
+    # publishes per function), and sums exactly those
+    functions = {
+        stack.physical(f).ref
+        for f in stack.of_type("AWS::Serverless::Function")
+        if "Condition" not in stack.resources[f] or stack.condition(stack.resources[f]["Condition"])
+    }
+    assert {d["Value"] for metric in reads.values() for d in metric["Dimensions"]} == functions
+    assert all(metric["Namespace"] == "AWS/Lambda" for metric in reads.values())
+    (expression,) = [m["Expression"] for m in alarm["Metrics"] if m.get("ReturnData")]
+    assert set(expression.replace(" ", "").split("+")) == set(reads)
+    # AND it fires at the first stopped invocation
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (0, "GreaterThanThreshold")
+    assert alarm["TreatMissingData"] == "notBreaching"
+
+
+@pytest.mark.parametrize(
+    ("parameters", "says"),
+    [
+        pytest.param({}, "NOBODY", id="none"),
+        pytest.param({"AlarmEmail": "ops@example.com"}, "ops@example.com", id="e-mail"),
+        pytest.param(
+            {"AlarmTopicArn": f"arn:aws:sns:{REGION}:{ACCOUNT}:ops", "AlarmEmail": "a@b.io"},
+            f"arn:aws:sns:{REGION}:{ACCOUNT}:ops",
+            id="topic",
+        ),
+    ],
+)
+def test_an_output_says_where_the_alarms_go(
+    template: dict[str, Any], parameters: dict[str, str], says: str
+) -> None:
+    # GIVEN a deployment with or without somewhere for the alarms to go
+    stack = Stack(template, parameters)
+    output = stack.template["Outputs"]["AlarmNotifications"]
+    # THEN the output is always there (sam deploy prints it) and names where they go
+    assert "Condition" not in output
+    assert says in str(stack.resolve(output["Value"]))

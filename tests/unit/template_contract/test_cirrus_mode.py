@@ -265,8 +265,9 @@ def test_strip_finds_every_cirrus_part(template: dict[str, Any]) -> None:
         "CirrusEventsErrorsAlarm",
     }
     assert set(template["Rules"]) - set(stripped["Rules"]) == {"CirrusPrefixIsNotPrefix"}
-    # AND every resource kept is written exactly as before, but for the four that take an
-    # Fn::If on cirrus mode (the process and sweeper functions and roles, the throttles alarm)
+    # AND every resource kept is written exactly as before, but for those that take an Fn::If
+    # on cirrus mode (the process and sweeper functions and roles, the throttles and
+    # recursive-loop alarms)
     changed = {
         name
         for name, resource in stripped["Resources"].items()
@@ -278,6 +279,7 @@ def test_strip_finds_every_cirrus_part(template: dict[str, Any]) -> None:
         "ProcessRole",
         "SweeperRole",
         "ThrottlesAlarm",
+        "RecursiveLoopAlarm",
     }
 
 

@@ -117,6 +117,49 @@ def test_the_process_triggers_cap_their_concurrency_within_lambda_s_range(
         assert mapping["ScalingConfig"] == {"MaximumConcurrency": value}
 
 
+@pytest.mark.parametrize("parameters", MODES)
+def test_every_sqs_trigger_caps_its_concurrency(
+    transformed: dict[str, Any], parameters: dict[str, str]
+) -> None:
+    # GIVEN every SQS event source mapping the stack creates
+    stack = Stack(transformed, parameters)
+    sqs_arns = {stack.arn_of(queue) for queue in deployed(stack, "AWS::SQS::Queue")}
+    found = [
+        stack.resolved_properties(mapping)
+        for mapping in deployed(stack, "AWS::Lambda::EventSourceMapping")
+    ]
+    triggers = [m for m in found if m["EventSourceArn"] in sqs_arns]
+    assert len(triggers) == (4 if "CirrusPrefix" in parameters else 3)
+    low, high = MAXIMUM_CONCURRENCY_RANGE
+    # THEN each caps its invocations within Lambda's range: past it Lambda leaves messages
+    # queued, so no burst of one queue takes the others' share of the account's concurrency
+    for mapping in triggers:
+        cap = mapping.get("ScalingConfig", {}).get("MaximumConcurrency")
+        assert cap is not None, mapping["EventSourceArn"]
+        assert low <= int(cap) <= high, mapping["EventSourceArn"]
+
+
+@pytest.mark.parametrize(
+    ("function", "queue"),
+    [("UpdateStateFunction", "StatusReportQueue"), ("CirrusEventsFunction", "CirrusEventsQueue")],
+)
+def test_the_status_event_triggers_take_status_events_max_concurrency(
+    template: dict[str, Any], transformed: dict[str, Any], function: str, queue: str
+) -> None:
+    # GIVEN the parameter, Lambda's range, and the trigger of the events that end payloads
+    spec = template["Parameters"]["StatusEventsMaxConcurrency"]
+    low, high = MAXIMUM_CONCURRENCY_RANGE
+    assert (spec["MinValue"], spec["MaxValue"]) == (low, high)
+    assert low <= int(spec["Default"]) <= high
+    for value in (str(low), str(high)):
+        stack = Stack(transformed, {**CIRRUS, "StatusEventsMaxConcurrency": value})
+        (mapping,) = [
+            m for m in mappings(stack, function) if m["EventSourceArn"] == stack.arn_of(queue)
+        ]
+        # THEN the mapping takes it as its ScalingConfig
+        assert mapping["ScalingConfig"] == {"MaximumConcurrency": value}
+
+
 def test_a_good_message_outlasts_throttling_longer_than_the_default_wait(
     template: dict[str, Any],
 ) -> None:
