@@ -31,6 +31,9 @@ from dependency_tracker.table.schema import create_tables
 from dependency_tracker_local import definitions, pumpset
 from dependency_tracker_local import platform as platform_model
 from dependency_tracker_local import template as template_reader
+from dependency_tracker_local.iam import enforce as iam_model
+from dependency_tracker_local.iam import machines as iam_machines
+from dependency_tracker_local.iam import roles as iam_roles
 from dependency_tracker_local.moto_costs import aws_like_costs
 from dependency_tracker_local.pumps import ExecutionPump, Pump, SchedulePump, SqsPump, StreamPump
 from dependency_tracker_local.queues import queue_arn
@@ -142,6 +145,7 @@ class EmbeddedStack:
         sweeper_interval: float | None = DEFAULT_SWEEPER_INTERVAL_SECONDS,
         sweeper_min_age_seconds: int | None = None,
         cirrus: bool | str = False,
+        iam: bool | None = None,
     ) -> None:
         self.prefix = prefix
         self._cirrus_prefix = (
@@ -165,6 +169,11 @@ class EmbeddedStack:
         self.strict = strict_wanted() if strict is None else strict
         self._platform_wanted = platform_model.wanted() if platform is None else platform
         self._account_concurrency = account_concurrency
+        self._iam_wanted = iam_model.wanted() if iam is None else iam
+        # The IAM model once started (None before, with the model off, or without a template).
+        self.iam: iam_model.IamModel | None = None
+        # The state machines' roles by name after "{prefix}-" (from the template).
+        self._machine_roles: dict[str, str] = {}
         # The model of the stack once started (None before, or with the model off).
         self.platform: platform_model.PlatformModel | None = None
         self._process_maximum_concurrency: int | None = None
@@ -235,6 +244,7 @@ class EmbeddedStack:
             path = template_reader.TEMPLATE_PATH
             template = template_reader.load_template(path) if path.is_file() else None
             self._model_platform(template)
+            self._model_iam(template)
             resources = self._resources(template)
             self._sources = self._event_sources(template)
             self._start_moto()
@@ -320,6 +330,8 @@ class EmbeddedStack:
         if self._mock is not None:
             self._mock.stop()
             self._mock = None
+        if self.iam is not None:
+            iam_machines.unregister(self.iam)
         if self._strict_block is not None:
             self._strict_block.close()
             self._strict_block = None
@@ -435,6 +447,28 @@ class EmbeddedStack:
             recursive_loop={f.name: f.recursive_loop for f in functions.values()}
         )
 
+    def _model_iam(self, template: dict[str, Any] | None) -> None:
+        """Read every role of the template; build the IAM model unless it is off.
+
+        Each state machine is created with its own role's ARN either way. Outside a
+        checkout (no ``template.yaml``) there are no roles to read: nothing is checked.
+        """
+        if template is None:
+            return
+        deployed = self._deployed(template)
+        machine_prefix = self._workflow_arn_prefix()
+        self._machine_roles = {
+            arn.removeprefix(machine_prefix): role.arn
+            for arn, role in iam_roles.state_machine_roles(deployed).items()
+        }
+        if self._iam_wanted:
+            self.iam = iam_model.IamModel.from_deployed(deployed, self.prefix)
+            iam_machines.register(self.iam)
+
+    def _as_role(self, function: str, handler: Any) -> Any:
+        """``handler`` run as function ``function``'s role (as is with the IAM model off)."""
+        return handler if self.iam is None else self.iam.as_function(function, handler)
+
     def _workflow_arn_prefix(self) -> str:
         return f"arn:aws:states:{self.region}:{ACCOUNT}:stateMachine:{self.prefix}-"
 
@@ -481,7 +515,7 @@ class EmbeddedStack:
         for name, path in definitions.discover(self._definitions_dir).items():
             created = sfn.create_state_machine(
                 name=f"{self.prefix}-{name}",
-                roleArn=ROLE_ARN,
+                roleArn=self._machine_roles.get(name, ROLE_ARN),
                 definition=definitions.render(path, substitutions),
                 type=definitions.state_machine_type(name),
             )
@@ -578,7 +612,9 @@ class EmbeddedStack:
         self.pumps.update(
             pumpset.build_pumps(
                 sources,
-                handler_for=lambda function: invoker.wrap(handlers[function]),
+                handler_for=lambda function: invoker.wrap(
+                    self._as_role(function, handlers[function])
+                ),
                 client=self._handler_client,
                 queues=queues,
                 stream_arns={"DependencyTable": self.outputs["DependencyStreamArn"]},
@@ -590,7 +626,7 @@ class EmbeddedStack:
         )
         # The sweeper's schedule: one more pump; sweep_once() invokes the same function.
         self._sweeper = SchedulePump(
-            handler=invoker.wrap(sweeper.lambda_handler),
+            handler=invoker.wrap(self._as_role("sweeper", sweeper.lambda_handler)),
             interval=self._sweeper_interval or 0.0,
             region=self.region,
             account=ACCOUNT,

@@ -97,7 +97,7 @@ def acting_as(principal: Principal | None) -> Iterator[None]:
         _principal.reset(token)
 
 
-@dataclass
+@dataclass(eq=False)  # one model per stack, known by identity
 class IamModel:
     """The roles of one deployment, the decisions made for them, and the denials.
 
