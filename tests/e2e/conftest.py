@@ -26,6 +26,8 @@ CHILD = "simulate"
 def stack() -> Iterator[LocalStack]:
     with LocalStack(prefix="deptrack", sink=io.StringIO()) as running:
         yield running
+        # The IAM model (on unless DEPTRACK_IAM=0) refused no call of the module's paths.
+        assert running.iam is None or running.iam.denials == []
 
 
 def dependency(

@@ -25,6 +25,7 @@ from dependency_tracker_local.cirrus import CirrusDeployment
 from dependency_tracker_local.context import LocalContext
 from dependency_tracker_local.iam import machines
 from dependency_tracker_local.iam.enforce import IamModel, acting_as
+from dependency_tracker_local.iam.enforce import wanted as iam_wanted
 from dependency_tracker_local.iam.policy import Decision, Request, evaluate
 from dependency_tracker_local.iam.requests import Scope, requests_for
 from tests.conftest import wait_until
@@ -74,6 +75,8 @@ class Recorder:
     """
 
     iam: IamModel
+    # Whether handlers run as their roles (the IAM model on: unless DEPTRACK_IAM=0).
+    enforcing: bool = True
     function: str | None = None
     calls: list[Call] = field(default_factory=list)
     images: list[dict[str, Any]] = field(default_factory=list)
@@ -108,7 +111,7 @@ class Recorder:
                 self._environment_of = logical_id
             self.function = logical_id
             try:
-                with acting_as(self.iam.function(local_name)):
+                with acting_as(self.iam.function(local_name) if self.enforcing else None):
                     return HANDLERS[logical_id](event, LocalContext(function_name=name))
             finally:
                 self.function = None
@@ -276,8 +279,10 @@ def deployed(
         # The IAM model: each handler runs as its function's role, each state machine's
         # tasks as the state machine's.
         iam = IamModel.from_deployed(stack, str(stack.parameter("Prefix")))
-        machines.register(iam)
-        recorder = Recorder(iam, switch=switch)
+        enforcing = iam_wanted()
+        if enforcing:
+            machines.register(iam)
+        recorder = Recorder(iam, enforcing=enforcing, switch=switch)
         for service in RECORDED_SERVICES:
             clients.client(service).meta.events.register("before-parameter-build", recorder.hook)
         # The local stack's pumps, each on its function's handler behind the recorder.

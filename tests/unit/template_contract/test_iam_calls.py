@@ -306,7 +306,8 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(
     calls = with_token_owners(recorder.calls, parents)
     assert {call.function for call in calls} == set(FUNCTIONS)
     assert denied_calls(stack, calls) == []
-    # AND the IAM model refused nothing as the calls were made
+    # AND the IAM model, on (DEPTRACK_IAM=0 turns it off), refused nothing as they were made
+    assert recorder.enforcing
     assert recorder.iam.denials == []
     # AND every grant was needed: each (action, resource) of each statement was called
     # (the Lambda-service statements serve the event source mapping, log delivery, failure
@@ -348,6 +349,7 @@ def test_a_lease_takeover_of_a_chain_publishes_its_next_step(deployment: Deploym
     answer = take_over_a_lost_chain(deployment, "takeover-chain")
     # THEN the first step is recorded and the next one is on the process queue (by reference)
     assert answer == {"batchItemFailures": []}
+    assert deployment.recorder.enforcing
     assert deployment.recorder.iam.denials == []
     queue = deployment.stack.physical("ProcessQueue").ref
     bodies = [

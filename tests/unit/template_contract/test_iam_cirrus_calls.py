@@ -191,6 +191,7 @@ def test_every_cirrus_mode_call_is_allowed_and_every_cirrus_grant_is_used(
         call.function for call in calls
     }
     assert denied_calls(stack, calls) == []
+    assert recorder.enforcing
     assert recorder.iam.denials == []
     # AND every grant cirrus mode adds was needed: each (action, resource) was called by
     # the function holding it (the cirrus-events function's Lambda-service statements are
