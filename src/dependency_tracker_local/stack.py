@@ -44,6 +44,7 @@ from dependency_tracker_local.strict import strict_limits
 from dependency_tracker_local.strict import wanted as strict_wanted
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
     from types import TracebackType
 
@@ -111,6 +112,16 @@ class EmbeddedStack:
     overrides how long it leaves a terminal row to the stream (the deployed
     default, 15 minutes, is long for a test).
 
+    With ``iam`` (the default, unless ``DEPTRACK_IAM=0``) each handler the stack
+    runs calls AWS as its function's role, and each state machine's tasks as the
+    state machine's, as ``template.yaml`` grants them
+    (:mod:`dependency_tracker_local.iam`, ``docs/local.md``, "The IAM model"): a call
+    the role does not allow fails with AWS's ``AccessDenied`` error and ``iam.denials``
+    lists it. ``parameters`` sets more of the template's parameters (default: the JSON
+    object in ``DEPTRACK_STACK_PARAMETERS``), such as ``ExtraParentStateMachineArns``
+    for parents of your own, which the callback function may answer only when named
+    there, as on AWS.
+
     With ``cirrus`` (a cirrus-geo prefix, or True for ``cirrus``) the stack runs
     in cirrus mode (docs/cirrus.md) beside a cirrus-geo v2 deployment laid out
     as cirrus's CloudFormation lays it out, whose own ``process`` and
@@ -146,6 +157,7 @@ class EmbeddedStack:
         sweeper_min_age_seconds: int | None = None,
         cirrus: bool | str = False,
         iam: bool | None = None,
+        parameters: Mapping[str, str] | None = None,
     ) -> None:
         self.prefix = prefix
         self._cirrus_prefix = (
@@ -170,6 +182,8 @@ class EmbeddedStack:
         self._platform_wanted = platform_model.wanted() if platform is None else platform
         self._account_concurrency = account_concurrency
         self._iam_wanted = iam_model.wanted() if iam is None else iam
+        # More template parameters (e.g. ExtraParentStateMachineArns): what the roles grant.
+        self._parameters = dict(iam_model.stack_parameters() if parameters is None else parameters)
         # The IAM model once started (None before, with the model off, or without a template).
         self.iam: iam_model.IamModel | None = None
         # The state machines' roles by name after "{prefix}-" (from the template).
@@ -421,7 +435,7 @@ class EmbeddedStack:
 
     def _deployed(self, template: dict[str, Any]) -> template_reader.Deployed:
         """The template deployed with the stack's parameters."""
-        parameters = {"Prefix": self.prefix}
+        parameters = {**self._parameters, "Prefix": self.prefix}
         if self._cirrus_prefix is not None:
             parameters["CirrusPrefix"] = self._cirrus_prefix
         return template_reader.Deployed(template, parameters, account=ACCOUNT, region=self.region)

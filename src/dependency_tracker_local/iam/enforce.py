@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import os
 import threading
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 ENV_SWITCH = "DEPTRACK_IAM"
+ENV_PARAMETERS = "DEPTRACK_STACK_PARAMETERS"
 # The error each service answers a denial with: (code, HTTP status).
 _DENIED: dict[str, tuple[str, int]] = {
     "s3": ("AccessDenied", 403),
@@ -51,6 +53,23 @@ _MISSING_KEY_CODES = {"NoSuchKey", "404"}
 def wanted() -> bool:
     """Whether the stack enforces IAM: yes unless ``DEPTRACK_IAM=0``."""
     return os.environ.get(ENV_SWITCH, "1") != "0"
+
+
+def stack_parameters() -> dict[str, str]:
+    """Template parameters for the embedded stack: ``DEPTRACK_STACK_PARAMETERS``, a JSON object.
+
+    Raises:
+        ValueError: The variable is not a JSON object of strings.
+    """
+    text = os.environ.get(ENV_PARAMETERS, "").strip()
+    if not text:
+        return {}
+    found = json.loads(text)
+    if not isinstance(found, dict) or not all(isinstance(v, str) for v in found.values()):
+        msg = f"{ENV_PARAMETERS} must be a JSON object of strings, e.g. "
+        msg += '{"ExtraParentStateMachineArns": "arn:aws:states:...:stateMachine:my-*"}'
+        raise ValueError(msg)
+    return {str(k): v for k, v in found.items()}
 
 
 @dataclass(frozen=True)
