@@ -7,6 +7,7 @@ test_iam_calls.py, which controls when status changes are delivered).
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from typing import TYPE_CHECKING, Any
@@ -72,7 +73,7 @@ def test_a_missing_key_is_no_such_key_only_to_a_caller_that_may_list(stack: Loca
     # sweeper's may list the bucket only under sweeper/ (its FindCursor condition)
     # WHEN each reads a missing key THEN S3 hides that it is missing: AccessDenied (403)
     for function, key in (("process", "payloads/none.json"), ("sweeper", "sweeper/none.json")):
-        error = refused(stack, function, lambda key=key: s3.get_object(Bucket=bucket, Key=key))
+        error = refused(stack, function, functools.partial(s3.get_object, Bucket=bucket, Key=key))
         assert error.response["Error"]["Code"] == "AccessDenied"
         assert error.response["ResponseMetadata"]["HTTPStatusCode"] == 403
     head = refused(stack, "process", lambda: s3.head_object(Bucket=bucket, Key="payloads/x"))

@@ -22,9 +22,7 @@ R = TypeVar("R")
 class ContextExecutor(ThreadPoolExecutor):
     """A ``ThreadPoolExecutor`` whose tasks (``submit``, ``map``) run in the submitter's context."""
 
-    def submit(
-        self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
-    ) -> Future[R]:
+    def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Schedule ``fn(*args, **kwargs)`` in a copy of the current context."""
         # One copy per task: a context cannot be entered by two threads at once.
         context = contextvars.copy_context()

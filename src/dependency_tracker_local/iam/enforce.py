@@ -14,13 +14,11 @@ to a caller allowed ``s3:ListBucket`` on the bucket for that request, else ``Acc
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
 import os
 import threading
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,10 +26,11 @@ from botocore.exceptions import ClientError
 
 from dependency_tracker_local.iam import roles as role_reader
 from dependency_tracker_local.iam.policy import Decision, Request, Statement, evaluate
+from dependency_tracker_local.iam.principal import Principal, acting_as, current
 from dependency_tracker_local.iam.requests import Scope, list_bucket_for, requests_for
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from dependency_tracker_local.iam.roles import Role
     from dependency_tracker_local.template import Deployed
@@ -82,38 +81,6 @@ class Denial:
     action: str
     resource: str
     decision: Decision
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who a piece of work runs as: a role, a session name, and the model judging it."""
-
-    role: Role
-    session: str
-    model: IamModel
-
-    @property
-    def caller(self) -> str:
-        """The ARN AWS names in a denial."""
-        return self.role.session_arn(self.session)
-
-
-_principal: ContextVar[Principal | None] = ContextVar("deptrack_iam_principal", default=None)
-
-
-def current() -> Principal | None:
-    """The principal the work on this context runs as (None: not checked)."""
-    return _principal.get()
-
-
-@contextlib.contextmanager
-def acting_as(principal: Principal | None) -> Iterator[None]:
-    """Run the block as ``principal`` (None: unchecked)."""
-    token = _principal.set(principal)
-    try:
-        yield
-    finally:
-        _principal.reset(token)
 
 
 @dataclass(eq=False)  # one model per stack, known by identity
@@ -269,7 +236,7 @@ def _client_error(client: Any, operation: str, code: str, status: int, message: 
 def _checked(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def make_api_call(client: Any, operation: str, params: dict[str, Any]) -> Any:
-        principal = _principal.get()
+        principal = current()
         if principal is None:
             return original(client, operation, params)
         service = client.meta.service_model.service_name

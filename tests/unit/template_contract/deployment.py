@@ -24,9 +24,10 @@ from dependency_tracker_local import template as template_reader
 from dependency_tracker_local.cirrus import CirrusDeployment
 from dependency_tracker_local.context import LocalContext
 from dependency_tracker_local.iam import machines
-from dependency_tracker_local.iam.enforce import IamModel, acting_as
+from dependency_tracker_local.iam.enforce import IamModel
 from dependency_tracker_local.iam.enforce import wanted as iam_wanted
 from dependency_tracker_local.iam.policy import Decision, Request, evaluate
+from dependency_tracker_local.iam.principal import acting_as
 from dependency_tracker_local.iam.requests import Scope, requests_for
 from tests.conftest import wait_until
 from tests.unit.template_contract.cfn import ACCOUNT, REGION, Stack
