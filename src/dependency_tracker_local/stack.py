@@ -435,7 +435,8 @@ class EmbeddedStack:
 
     def _deployed(self, template: dict[str, Any]) -> template_reader.Deployed:
         """The template deployed with the stack's parameters."""
-        parameters = {**self._parameters, "Prefix": self.prefix}
+        # The stack registers the example workflows too: the deployment that has them.
+        parameters = {"DeployExamples": "true", **self._parameters, "Prefix": self.prefix}
         if self._cirrus_prefix is not None:
             parameters["CirrusPrefix"] = self._cirrus_prefix
         return template_reader.Deployed(template, parameters, account=ACCOUNT, region=self.region)

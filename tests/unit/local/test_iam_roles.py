@@ -21,14 +21,14 @@ def test_every_function_and_state_machine_has_a_role_of_its_own() -> None:
     cirrus = deployed(CirrusPrefix="cirrus")
     functions = roles.function_roles(cirrus)
     assert set(functions) == {"process", "update-state", "callback", "sweeper", "cirrus-events"}
-    machines = roles.state_machine_roles(deployed())
+    machines = roles.state_machine_roles(deployed(DeployExamples="true"))
     assert {arn.rpartition(":")[2] for arn in machines} == {
         "deptrack-wait-for-dependencies",
         "deptrack-wait-for-join",
         "deptrack-simulate",
         "deptrack-simulate-express",
     }
-    # cirrus mode deploys no example workflow: the two parents only
+    # without DeployExamples: the two parents only
     assert len(roles.state_machine_roles(cirrus)) == 2
     every = [*functions.values(), *machines.values()]
     assert len({role.arn for role in every}) == len(every)
