@@ -11,6 +11,8 @@ from typing import Any
 from dependency_tracker.handlers import callback, process, update_state
 from dependency_tracker_local import pumpset
 from dependency_tracker_local import template as template_reader
+from dependency_tracker_local.iam.enforce import IamModel
+from dependency_tracker_local.iam.enforce import wanted as iam_wanted
 from dependency_tracker_local.pumps import ExecutionPump, SqsPump, StreamPump
 from tests.conftest import ACCOUNT, PREFIX, REGION, ROLE_ARN, Aws, wait_until
 
@@ -65,6 +67,8 @@ class Pumps:
     sqs: SqsPump
     executions: ExecutionPump
     stream: StreamPump
+    # The IAM model the handlers run under (None with DEPTRACK_IAM=0): its denials.
+    iam: IamModel | None = None
 
     @classmethod
     def create(cls, aws: Aws) -> Pumps:
@@ -74,11 +78,15 @@ class Pumps:
             "callback": callback.lambda_handler,
         }
         services = {"sqs": aws.sqs, "stepfunctions": aws.sfn, "dynamodbstreams": aws.streams}
+        # Each handler runs as its function's role (the IAM model), as the embedded stack runs it.
+        iam = _iam_model() if iam_wanted() else None
         # No join queue: the runtime's settings send join chunks to the process queue then,
         # so its pump serves both triggers' messages.
         built = pumpset.build_pumps(
             _event_sources(),
-            handler_for=handlers.__getitem__,
+            handler_for=lambda function: (
+                handlers[function] if iam is None else iam.as_function(function, handlers[function])
+            ),
             client=services.__getitem__,
             queues={"ProcessQueue": pumpset.QueueAddress(aws.queue_url, aws.queue_arn)},
             stream_arns={"DependencyTable": aws.stream_arn},
@@ -91,7 +99,7 @@ class Pumps:
         assert isinstance(sqs, SqsPump)
         assert isinstance(executions, ExecutionPump)
         assert isinstance(stream, StreamPump)
-        return cls(aws=aws, sqs=sqs, executions=executions, stream=stream)
+        return cls(aws=aws, sqs=sqs, executions=executions, stream=stream, iam=iam)
 
     def deliver_twice(self) -> None:
         """Hand every event to its handler twice, as at-least-once sources may."""
@@ -116,6 +124,23 @@ class Pumps:
             return moved == 0 and not managed_running(self.aws) and queue_empty(self.aws)
 
         wait_until(quiet, timeout=timeout)
+
+
+def _iam_model() -> IamModel:
+    """The template's roles for the harness's resources (a new model: denials of its own).
+
+    The harness's parents are its own state machines, named in ExtraParentStateMachineArns
+    as a deployment with parents of its own names them; it has no join queue, so a join's
+    later chunks go to the process queue, which the process role may send to as well.
+    """
+    own_parents = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:*"
+    deployed = template_reader.Deployed(
+        template_reader.load_template(),
+        {"Prefix": PREFIX, "ExtraParentStateMachineArns": own_parents},
+        account=ACCOUNT,
+        region=REGION,
+    )
+    return IamModel.from_deployed(deployed, PREFIX)
 
 
 @functools.cache

@@ -362,7 +362,11 @@ class _Run:
         for dependency in self.scenario.dependencies:
             rows = self.dependencies.rows(dependency.payload_id)
             final.waiters[dependency.item] = len(list(rows))
-        return Report(snapshot=final, problems=_problems(self.scenario, final))
+        problems = _problems(self.scenario, final)
+        # The IAM model (on unless DEPTRACK_IAM=0): a call a role does not allow fails on AWS.
+        denials = [] if self.stack.iam is None else self.stack.iam.denials
+        problems += [f"IAM refused {d.action} on {d.resource} to {d.caller}" for d in denials]
+        return Report(snapshot=final, problems=problems)
 
     def snapshot(self) -> Snapshot:
         seen = self._read([d.payload_id for d in self.scenario.dependencies])

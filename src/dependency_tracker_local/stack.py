@@ -32,6 +32,9 @@ from dependency_tracker_local import definitions, pumpset
 from dependency_tracker_local import platform as platform_model
 from dependency_tracker_local import rates as rate_model
 from dependency_tracker_local import template as template_reader
+from dependency_tracker_local.iam import enforce as iam_model
+from dependency_tracker_local.iam import machines as iam_machines
+from dependency_tracker_local.iam import roles as iam_roles
 from dependency_tracker_local.moto_costs import aws_like_costs
 from dependency_tracker_local.pumps import ExecutionPump, Pump, SchedulePump, SqsPump, StreamPump
 from dependency_tracker_local.queues import queue_arn
@@ -43,6 +46,7 @@ from dependency_tracker_local.strict import wanted as strict_wanted
 from dependency_tracker_local.timeouts import FunctionTimeouts
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
     from types import TracebackType
 
@@ -117,6 +121,16 @@ class EmbeddedStack:
     overrides how long it leaves a terminal row to the stream (the deployed
     default, 15 minutes, is long for a test).
 
+    With ``iam`` (the default, unless ``DEPTRACK_IAM=0``) each handler the stack
+    runs calls AWS as its function's role, and each state machine's tasks as the
+    state machine's, as ``template.yaml`` grants them
+    (:mod:`dependency_tracker_local.iam`, ``docs/local.md``, "The IAM model"): a call
+    the role does not allow fails with AWS's ``AccessDenied`` error and ``iam.denials``
+    lists it. ``parameters`` sets more of the template's parameters (default: the JSON
+    object in ``DEPTRACK_STACK_PARAMETERS``), such as ``ExtraParentStateMachineArns``
+    for parents of your own, which the callback function may answer only when named
+    there, as on AWS.
+
     With ``cirrus`` (a cirrus-geo prefix, or True for ``cirrus``) the stack runs
     in cirrus mode (docs/cirrus.md) beside a cirrus-geo v2 deployment laid out
     as cirrus's CloudFormation lays it out, whose own ``process`` and
@@ -153,6 +167,8 @@ class EmbeddedStack:
         sweeper_interval: float | None = DEFAULT_SWEEPER_INTERVAL_SECONDS,
         sweeper_min_age_seconds: int | None = None,
         cirrus: bool | str = False,
+        iam: bool | None = None,
+        parameters: Mapping[str, str] | None = None,
     ) -> None:
         self.prefix = prefix
         self._cirrus_prefix = (
@@ -176,6 +192,13 @@ class EmbeddedStack:
         self.strict = strict_wanted() if strict is None else strict
         self._platform_wanted = platform_model.wanted() if platform is None else platform
         self._account_concurrency = account_concurrency
+        self._iam_wanted = iam_model.wanted() if iam is None else iam
+        # More template parameters (e.g. ExtraParentStateMachineArns): what the roles grant.
+        self._parameters = dict(iam_model.stack_parameters() if parameters is None else parameters)
+        # The IAM model once started (None before, with the model off, or without a template).
+        self.iam: iam_model.IamModel | None = None
+        # The state machines' roles by name after "{prefix}-" (from the template).
+        self._machine_roles: dict[str, str] = {}
         # The model of the stack once started (None before, or with the model off).
         self.platform: platform_model.PlatformModel | None = None
         # Step Functions' buckets while the stack runs with the model (None with it off).
@@ -250,6 +273,7 @@ class EmbeddedStack:
             path = template_reader.TEMPLATE_PATH
             template = template_reader.load_template(path) if path.is_file() else None
             self._model_platform(template)
+            self._model_iam(template)
             resources = self._resources(template)
             self._sources = self._event_sources(template)
             self._start_moto()
@@ -335,6 +359,8 @@ class EmbeddedStack:
         if self._mock is not None:
             self._mock.stop()
             self._mock = None
+        if self.iam is not None:
+            iam_machines.unregister(self.iam)
         if self._strict_block is not None:
             self._strict_block.close()
             self._strict_block = None
@@ -424,7 +450,8 @@ class EmbeddedStack:
 
     def _deployed(self, template: dict[str, Any]) -> template_reader.Deployed:
         """The template deployed with the stack's parameters."""
-        parameters = {"Prefix": self.prefix}
+        # The stack registers the example workflows too: the deployment that has them.
+        parameters = {"DeployExamples": "true", **self._parameters, "Prefix": self.prefix}
         if self._cirrus_prefix is not None:
             parameters["CirrusPrefix"] = self._cirrus_prefix
         return template_reader.Deployed(template, parameters, account=ACCOUNT, region=self.region)
@@ -455,6 +482,28 @@ class EmbeddedStack:
         self.rates = rate_model.RateModel(scale=scale)
         if self._strict_block is not None:
             self._strict_block.enter_context(rate_model.throttling(self.rates))
+
+    def _model_iam(self, template: dict[str, Any] | None) -> None:
+        """Read every role of the template; build the IAM model unless it is off.
+
+        Each state machine is created with its own role's ARN either way. Outside a
+        checkout (no ``template.yaml``) there are no roles to read: nothing is checked.
+        """
+        if template is None:
+            return
+        deployed = self._deployed(template)
+        machine_prefix = self._workflow_arn_prefix()
+        self._machine_roles = {
+            arn.removeprefix(machine_prefix): role.arn
+            for arn, role in iam_roles.state_machine_roles(deployed).items()
+        }
+        if self._iam_wanted:
+            self.iam = iam_model.IamModel.from_deployed(deployed, self.prefix)
+            iam_machines.register(self.iam)
+
+    def _as_role(self, function: str, handler: Any) -> Any:
+        """``handler`` run as function ``function``'s role (as is with the IAM model off)."""
+        return handler if self.iam is None else self.iam.as_function(function, handler)
 
     def _workflow_arn_prefix(self) -> str:
         return f"arn:aws:states:{self.region}:{ACCOUNT}:stateMachine:{self.prefix}-"
@@ -502,7 +551,7 @@ class EmbeddedStack:
         for name, path in definitions.discover(self._definitions_dir).items():
             created = sfn.create_state_machine(
                 name=f"{self.prefix}-{name}",
-                roleArn=ROLE_ARN,
+                roleArn=self._machine_roles.get(name, ROLE_ARN),
                 definition=definitions.render(path, substitutions),
                 type=definitions.state_machine_type(name),
             )
@@ -599,7 +648,9 @@ class EmbeddedStack:
         self.pumps.update(
             pumpset.build_pumps(
                 sources,
-                handler_for=lambda function: invoker.wrap(handlers[function]),
+                handler_for=lambda function: invoker.wrap(
+                    self._as_role(function, handlers[function])
+                ),
                 client=self._handler_client,
                 queues=queues,
                 stream_arns={"DependencyTable": self.outputs["DependencyStreamArn"]},
@@ -611,7 +662,7 @@ class EmbeddedStack:
         )
         # The sweeper's schedule: one more pump; sweep_once() invokes the same function.
         self._sweeper = SchedulePump(
-            handler=invoker.wrap(sweeper.lambda_handler),
+            handler=invoker.wrap(self._as_role("sweeper", sweeper.lambda_handler)),
             interval=self._sweeper_interval or 0.0,
             region=self.region,
             account=ACCOUNT,

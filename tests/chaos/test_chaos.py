@@ -72,9 +72,12 @@ def chaos(
         print("\n" + report.render())  # noqa: T201  (make chaos shows the report)
     assert sum(report.faults.values()) > 0
     assert report.ok, report.render()
+    # Each handler ran as its function's role (the IAM model): no call was refused.
+    assert run.pumps.iam is None or run.pumps.iam.denials == []
 
 
-CHAOS_BUCKET = "deptrack-chaos-payloads"
+# The template's payload bucket for the prefix: the process role may write only there (IAM model).
+CHAOS_BUCKET = "deptrack-payloads-123456789012-us-east-1"
 
 
 def configure(aws: Aws, monkeypatch: pytest.MonkeyPatch, *, join_chunk_size: int = 2) -> None:

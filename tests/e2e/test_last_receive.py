@@ -50,7 +50,8 @@ def test_an_unreadable_dependency_fails_its_parent_and_reaches_the_dlq(
     assert (described["status"], described["error"]) == ("FAILED", "DependencyInvalid")
     cause = json.loads(described["cause"])
     told = json.dumps(cause)
-    assert f"cannot read {url}: NoSuchKey" in told
+    # S3 tells a caller that may not list the bucket AccessDenied, not NoSuchKey (IAM model)
+    assert f"cannot read {url}: AccessDenied" in told
     assert f"receive {MAX_RECEIVES}, the last" in told
     # AND the message itself reaches the DLQ, whole, for the operator to redrive
     sqs = stack.client("sqs")

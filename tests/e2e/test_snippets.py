@@ -215,8 +215,14 @@ __set=$(comm -13 <(echo "$__start") <(compgen -v | sort) | grep -Ev '^(__|PIPEST
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with serving(tmp_path_factory.mktemp("serve")) as running:
-        yield running
+    # The snippets' parents are the test's own: deployed with them in ExtraParentStateMachineArns
+    # (the IAM model answers their tokens only then, as AWS does).
+    parents = "arn:aws:states:us-east-1:123456789012:stateMachine:snippet-*"
+    own = {"ExtraParentStateMachineArns": parents}
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DEPTRACK_STACK_PARAMETERS", json.dumps(own))
+        with serving(tmp_path_factory.mktemp("serve")) as running:
+            yield running
 
 
 @pytest.fixture(scope="module")

@@ -69,7 +69,13 @@ def run(stack: LocalStack, case: str) -> str:
 def told(stack: LocalStack) -> dict[str, dict[str, Any]]:
     """Every documented case's parent, started together and described once stopped."""
     started = {case: run(stack, case) for case in documented()}
-    return {case: finished(stack, arn, timeout=60) for case, arn in started.items()}
+    described = {case: finished(stack, arn, timeout=60) for case, arn in started.items()}
+    if stack.iam is not None:
+        # The one case whose call IAM refuses: the process role may not read that bucket.
+        refused = [d for d in stack.iam.denials if "no-such-bucket-here" in d.resource]
+        assert refused
+        stack.iam.denials[:] = [d for d in stack.iam.denials if d not in refused]
+    return described
 
 
 def test_the_table_documents_every_case() -> None:

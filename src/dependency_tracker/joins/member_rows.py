@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from dependency_tracker.core.limits import DDB_MAX_BATCH_GET_KEYS
+from dependency_tracker.core.threads import ContextExecutor
 from dependency_tracker.joins.outputs import MemberOutcome
 from dependency_tracker.table.dynamodb import values
 from dependency_tracker.table.items import (
@@ -88,7 +88,7 @@ def _membership_rows(access: RowAccess, join_id: str, keys: list[str]) -> dict[s
     def fetch(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return list(access.batch_get(batch))
 
-    with ThreadPoolExecutor(max_workers=access.concurrency) as pool:
+    with ContextExecutor(max_workers=access.concurrency) as pool:
         for items in pool.map(fetch, requests):
             for item in items:
                 found[item["payload_id"]["S"]] = MembershipItem.from_item(item)

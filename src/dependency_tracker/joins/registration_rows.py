@@ -8,13 +8,13 @@ members, one two-item transaction (the chunk row and the join row's
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from enum import StrEnum, unique
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from dependency_tracker.core.enums import utcnow
+from dependency_tracker.core.threads import ContextExecutor
 from dependency_tracker.joins.row_access import bookkeeping_expiry
 from dependency_tracker.table.dynamodb import is_conditional_failure, put_if_absent, values
 from dependency_tracker.table.items import MembershipItem, join_partition_for, key_attributes
@@ -54,7 +54,7 @@ def register_members(access: RowAccess, rows: Sequence[MembershipItem]) -> list[
 
     if len(rows) <= 1 or access.concurrency == 1:
         return [register(row) for row in rows]
-    with ThreadPoolExecutor(max_workers=min(access.concurrency, len(rows))) as pool:
+    with ContextExecutor(max_workers=min(access.concurrency, len(rows))) as pool:
         return list(pool.map(register, rows))
 
 

@@ -181,8 +181,9 @@ class CursorStore:
     """Keeps the :class:`SweepCursor` as one small object in the payload bucket.
 
     Not an item in either table: a foreign item would be read by every tool
-    that scans them. One GET per run, and one PUT only when a sweep stopped
-    part way (a table larger than a run's budget).
+    that scans them. One LIST (under the cursor's own key) and, when it is there,
+    one GET per run, and one PUT only when a sweep stopped part way (a table
+    larger than a run's budget).
     """
 
     def __init__(self, client: S3Client, bucket: str, key: str = CURSOR_KEY) -> None:
@@ -193,9 +194,16 @@ class CursorStore:
     def load(self, *, dependency_table: str, state_table: str) -> SweepCursor:
         """The saved cursor, or a fresh one (missing, unreadable, or for other tables)."""
         fresh = SweepCursor(dependency_table=dependency_table, state_table=state_table)
+        # S3 answers a GetObject of a missing key with AccessDenied, not NoSuchKey, unless the
+        # caller may list the bucket for that request, and a GetObject carries no s3:prefix:
+        # the role's listing is granted under the cursor's prefix only. So list first.
+        listed = self._client.list_objects_v2(Bucket=self.bucket, Prefix=self.key, MaxKeys=1)
+        if not any(entry.get("Key") == self.key for entry in listed.get("Contents", [])):
+            return fresh
         try:
             body = self._client.get_object(Bucket=self.bucket, Key=self.key)["Body"].read()
         except ClientError as exc:
+            # Deleted between the two calls (by hand: the sweeper never deletes it).
             if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
                 return fresh
             raise

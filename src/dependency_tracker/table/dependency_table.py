@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
 from dependency_tracker.core.text import clip
+from dependency_tracker.core.threads import ContextExecutor
 from dependency_tracker.core.tokens import PARENT_GONE_OUTCOME
 from dependency_tracker.table.dynamodb import put_if_absent, update_if, values
 from dependency_tracker.table.items import (
@@ -260,7 +260,7 @@ class DependencyTable:
             for page in self.pending_ids(payload_id):
                 resolved += sum(map(resolve, page))
             return resolved
-        with ThreadPoolExecutor(max_workers=self._resolve_concurrency) as pool:
+        with ContextExecutor(max_workers=self._resolve_concurrency) as pool:
             for page in self.pending_ids(payload_id):
                 resolved += sum(pool.map(resolve, page) if len(page) > 1 else map(resolve, page))
         return resolved

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-import pytest
 from moto import mock_aws
 
 from dependency_tracker import app
@@ -24,6 +23,12 @@ from dependency_tracker_local import pumpset
 from dependency_tracker_local import template as template_reader
 from dependency_tracker_local.cirrus import CirrusDeployment
 from dependency_tracker_local.context import LocalContext
+from dependency_tracker_local.iam import machines
+from dependency_tracker_local.iam.enforce import IamModel
+from dependency_tracker_local.iam.enforce import wanted as iam_wanted
+from dependency_tracker_local.iam.policy import Decision, Request, evaluate
+from dependency_tracker_local.iam.principal import acting_as
+from dependency_tracker_local.iam.requests import Scope, requests_for
 from tests.conftest import wait_until
 from tests.unit.template_contract.cfn import ACCOUNT, REGION, Stack
 from tests.unit.template_contract.functions import (
@@ -39,27 +44,40 @@ from tests.unit.template_contract.step_functions import STATE_MACHINE, rendered_
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    import pytest
+
     from dependency_tracker_local.pumps import ExecutionPump, SqsPump, StreamPump
 
 
 @dataclass
 class Call:
-    """One AWS API call a handler made, named as IAM names it."""
+    """One IAM authorization request of an AWS API call a handler made.
+
+    A call AWS authorizes as several requests (a transaction's items, a ``CopyObject``)
+    is recorded once per request; ``request`` is what the IAM model evaluates.
+    """
 
     function: str
     action: str
     params: dict[str, Any]
+    request: Request
 
-
-SQS_BATCH_CALLS = frozenset(
-    {"SendMessageBatch", "DeleteMessageBatch", "ChangeMessageVisibilityBatch"}
-)
+    @property
+    def resource(self) -> str:
+        return self.request.resource
 
 
 @dataclass
 class Recorder:
-    """Records the calls made through the handlers' cached clients, per function."""
+    """Records the calls made through the handlers' cached clients, per function.
 
+    Each handler runs as its function's role (``iam``, the local IAM model): a call the
+    role does not allow fails at once, as on AWS, and is also kept in ``iam.denials``.
+    """
+
+    iam: IamModel
+    # Whether handlers run as their roles (the IAM model on: unless DEPTRACK_IAM=0).
+    enforcing: bool = True
     function: str | None = None
     calls: list[Call] = field(default_factory=list)
     images: list[dict[str, Any]] = field(default_factory=list)
@@ -71,21 +89,19 @@ class Recorder:
 
     def hook(self, params: dict[str, Any], model: Any, **_: Any) -> None:
         function = self.function or "<outside a handler>"
-        if model.name == "TransactWriteItems":
-            # IAM authorizes each item of a transaction as its own action.
-            for entry in params["TransactItems"]:
-                (kind, op), *_ = entry.items()
-                action = "dynamodb:" + TRANSACTION_ACTIONS[kind]
-                self.calls.append(Call(function, action, {"TableName": op["TableName"]}))
-            return
-        # SQS authorizes a batch call as its single action (sqs:SendMessage for
-        # SendMessageBatch): IAM has no sqs:*Batch actions.
-        name = model.name.removesuffix("Batch") if model.name in SQS_BATCH_CALLS else model.name
-        action = f"{model.service_model.signing_name}:{name}"
-        self.calls.append(Call(function, action, dict(params)))
+        scope = Scope(REGION, ACCOUNT, self.iam.token_owner)
+        service = model.service_model.service_name
+        requests = requests_for(service, model.name, params, scope)
+        if not requests and "taskToken" in params:
+            # A token no execution holds (a test's own, or its task closed): named later,
+            # from the dependency table (``with_token_owners``).
+            requests = [Request(f"states:{model.name}", "")]
+        for request in requests:
+            self.calls.append(Call(function, request.action, dict(params), request))
 
     def handler(self, stack: Stack, logical_id: str) -> Callable[..., Any]:
         name = stack.physical(logical_id).ref
+        local_name = template_reader.functions(stack)[logical_id].name
 
         def invoke(event: dict[str, Any], _context: object = None) -> Any:
             if logical_id == "CallbackFunction":
@@ -96,20 +112,12 @@ class Recorder:
                 self._environment_of = logical_id
             self.function = logical_id
             try:
-                return HANDLERS[logical_id](event, LocalContext(function_name=name))
+                with acting_as(self.iam.function(local_name) if self.enforcing else None):
+                    return HANDLERS[logical_id](event, LocalContext(function_name=name))
             finally:
                 self.function = None
 
         return invoke
-
-
-# What IAM checks for each kind of TransactWriteItems entry.
-TRANSACTION_ACTIONS = {
-    "Put": "PutItem",
-    "Update": "UpdateItem",
-    "Delete": "DeleteItem",
-    "ConditionCheck": "ConditionCheckItem",
-}
 
 
 # The services whose clients get the recorder; a handler building any other
@@ -264,12 +272,18 @@ def deployed(
             created = sfn.create_state_machine(
                 name=properties["Name"],
                 definition=rendered_definition(stack, logical_id),
-                roleArn=f"arn:aws:iam::{ACCOUNT}:role/{logical_id}",
+                roleArn=properties["Role"],
                 type=properties.get("Type", "STANDARD"),
             )
             assert created["stateMachineArn"] == stack.physical(logical_id).ref
         cirrus = create_cirrus(stack, session) if cirrus_mode else None
-        recorder = Recorder(switch=switch)
+        # The IAM model: each handler runs as its function's role, each state machine's
+        # tasks as the state machine's.
+        iam = IamModel.from_deployed(stack, str(stack.parameter("Prefix")))
+        enforcing = iam_wanted()
+        if enforcing:
+            machines.register(iam)
+        recorder = Recorder(iam, enforcing=enforcing, switch=switch)
         for service in RECORDED_SERVICES:
             clients.client(service).meta.events.register("before-parameter-build", recorder.hook)
         # The local stack's pumps, each on its function's handler behind the recorder.
@@ -294,7 +308,10 @@ def deployed(
             names=pumpset.CIRRUS_PUMP_NAMES if cirrus_mode else pumpset.PUMP_NAMES,
         )
         pumps: list[SqsPump | ExecutionPump | StreamPump] = list(built.values())
-        yield Deployment(stack, recorder, sfn, s3, dynamodb, sqs, pumps, cirrus, session)
+        try:
+            yield Deployment(stack, recorder, sfn, s3, dynamodb, sqs, pumps, cirrus, session)
+        finally:
+            machines.unregister(iam)
     reset_handlers()
 
 
@@ -331,34 +348,28 @@ def create_cirrus(stack: Stack, session: Any) -> CirrusDeployment:
     return cirrus
 
 
-def denied_calls(
-    stack: Stack, calls: list[Call], parents: dict[str, str]
-) -> list[tuple[str, str, str]]:
-    """(function, action, resource) of every call its function's statements do not allow."""
+def with_token_owners(calls: list[Call], parents: dict[str, str]) -> list[Call]:
+    """``calls``, each answer to a token no execution held named by the parent it was for.
+
+    ``parents`` maps a task token to the ARN of its parent's state machine (from
+    ``Deployment.parents_by_token``); IAM authorizes ``SendTask*`` on that state machine.
+    """
     return [
-        (call.function, call.action, resource)
+        replace(call, request=replace(call.request, resource=parents[call.params["taskToken"]]))
+        if call.resource == "" and "taskToken" in call.params
+        else call
         for call in calls
-        for resource in call_resources(call, parents)
-        if not stack.allowed(call.function, call.action, resource)
     ]
 
 
-def call_resources(call: Call, parents: dict[str, str]) -> list[str]:
-    """The resource ARNs IAM authorizes ``call`` against."""
-    service = call.action.partition(":")[0]
-    params = call.params
-    if service == "dynamodb":
-        tables = list(params["RequestItems"]) if "RequestItems" in params else [params["TableName"]]
-        return [f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table}" for table in tables]
-    if service == "s3":
-        return [f"arn:aws:s3:::{params['Bucket']}/{params['Key']}"]
-    if service == "sqs":
-        account, name = params["QueueUrl"].rstrip("/").split("/")[-2:]
-        return [f"arn:aws:sqs:{REGION}:{account}:{name}"]
-    if service == "states":
-        for name in ("stateMachineArn", "executionArn"):
-            if name in params:
-                return [str(params[name])]
-        if "taskToken" in params:
-            return [parents[params["taskToken"]]]
-    pytest.fail(f"teach call_resources the resource of {call.action}")
+def denied_calls(stack: Stack, calls: list[Call]) -> list[tuple[str, str, str]]:
+    """(function, action, resource) of every call its function's statements do not allow.
+
+    Evaluated by the IAM model with the request's condition keys, after the fact: the
+    runtime check already refused each one as it was made (``Recorder.iam.denials``).
+    """
+    return [
+        (call.function, call.action, call.resource)
+        for call in calls
+        if evaluate(stack.statements(call.function), call.request) is not Decision.ALLOW
+    ]

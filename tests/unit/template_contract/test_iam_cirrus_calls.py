@@ -22,9 +22,9 @@ from tests.unit.template_contract.cirrus_at_work import (
 from tests.unit.template_contract.deployment import (
     RECORDED_SERVICES,
     Deployment,
-    call_resources,
     denied_calls,
     deployed,
+    with_token_owners,
 )
 from tests.unit.template_contract.functions import CIRRUS_EVENTS_FUNCTION, FUNCTIONS
 from tests.unit.template_contract.lambda_service import LAMBDA_SERVICE_STATEMENTS
@@ -183,13 +183,16 @@ def test_every_cirrus_mode_call_is_allowed_and_every_cirrus_grant_is_used(
     assert forwarded[0].startswith("cirrus/tmp/deptrack-forwarded/")
     assert {"CLAIMED_PROCESSING", "NOT_A_PROCESS_PAYLOAD", "SUCCEEDED"} <= set(cirrus.announced)
     # AND every call was allowed by that function's statements, on that resource
-    calls = recorder.calls
+    parents = deployment.parents_by_token()
+    # an invalid message keeps no parent; this token came from a wait-for-dependencies
+    parents["bad"] = stack.physical("WaitForDependenciesStateMachine").ref
+    calls = with_token_owners(recorder.calls, parents)
     assert {"ProcessFunction", "SweeperFunction", CIRRUS_EVENTS_FUNCTION, "CallbackFunction"} <= {
         call.function for call in calls
     }
-    parents = deployment.parents_by_token()
-    parents["bad"] = stack.physical("WaitForDependenciesStateMachine").ref
-    assert denied_calls(stack, calls, parents) == []
+    assert denied_calls(stack, calls) == []
+    assert recorder.enforcing
+    assert recorder.iam.denials == []
     # AND every grant cirrus mode adds was needed: each (action, resource) was called by
     # the function holding it (the cirrus-events function's Lambda-service statements are
     # held to what Lambda needs by template_contract/test_cirrus_mode.py instead)
@@ -205,7 +208,7 @@ def test_every_cirrus_mode_call_is_allowed_and_every_cirrus_grant_is_used(
         if not any(
             call.function == function
             and call.action == action
-            and any(fnmatch.fnmatchcase(r, pattern) for r in call_resources(call, parents))
+            and fnmatch.fnmatchcase(call.resource, pattern)
             for call in calls
         )
     ]

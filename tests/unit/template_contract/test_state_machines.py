@@ -209,6 +209,7 @@ def test_process_role_reads_manifests_and_writes_only_join_member_lists(
     assert writes == {
         ("Policies/PassLargePayloadsByReference", f"{bucket}/{LARGE_INPUT_PREFIX}/*"),
         ("Policies/RecordRecoveredResults", f"{bucket}/{RESULTS_PREFIX}/*"),
+        ("Policies/PassRecoveredChainBodiesByReference", f"{bucket}/{CHAINED_PREFIX}/*"),
         ("Policies/WriteJoinMemberLists", f"{bucket}/{JOIN_MEMBERS_PREFIX}/*"),
     }
     members = f"{bucket}/{JOIN_MEMBERS_PREFIX}/{'0' * 64}/members.jsonl"
@@ -228,9 +229,14 @@ def test_bucket_writes_are_the_prefixes_the_code_writes(stack: Stack) -> None:
     # GIVEN the key prefixes under which each handler writes to the payload bucket
     bucket = stack.arn_of("PayloadBucket")
     expected = {
-        # execution inputs too large to pass; member lists of large inline joins; results of
-        # runs a lease found ended (recorded as update-state would)
-        "ProcessFunction": {LARGE_INPUT_PREFIX, JOIN_MEMBERS_PREFIX, RESULTS_PREFIX},
+        # execution inputs too large to pass; member lists of large inline joins; results and
+        # next steps of runs a lease found ended (recorded as update-state would)
+        "ProcessFunction": {
+            LARGE_INPUT_PREFIX,
+            JOIN_MEMBERS_PREFIX,
+            RESULTS_PREFIX,
+            CHAINED_PREFIX,
+        },
         "UpdateStateFunction": {RESULTS_PREFIX, CHAINED_PREFIX},  # results, next steps
         "CallbackFunction": {CALLBACK_OUTPUTS_PREFIX},  # outputs and summaries past a bound
     }
