@@ -1,4 +1,4 @@
-"""A Lambda context object for handlers invoked in-process."""
+"""A Lambda context object for handlers invoked in-process; the error of a stopping stack."""
 
 from __future__ import annotations
 
@@ -9,6 +9,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+
+class StackStoppedError(RuntimeError):
+    """An event reached a handler after the stack began to stop."""
+
+    def __init__(self) -> None:
+        super().__init__("the embedded stack is stopping: the event was not delivered")
 
 
 @dataclass

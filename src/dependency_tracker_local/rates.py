@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from moto.core.exceptions import AWSError
 
+from dependency_tracker.core.quotas import LARGE_REGIONS_QUOTA, OTHER_REGIONS_QUOTA, StartQuota
 from dependency_tracker_local.patching import Patch, Switched
 
 if TYPE_CHECKING:
@@ -60,10 +61,15 @@ class Quota:
         return max(0.0, calls - self.burst) / self.refill
 
 
+def _start_quota(quota: StartQuota) -> Quota:
+    return Quota(quota.burst, quota.refill_per_second)
+
+
 # Bucket name -> (large regions, all other regions), as AWS's quotas page gives them.
 # The page lists each SendTask* action on its own row: each has a bucket of its own.
+# StartExecution's figures are the ones the tracker's defaults are sized on (core/quotas.py).
 QUOTAS: dict[str, tuple[Quota, Quota]] = {
-    START_EXECUTION: (Quota(1300, 300), Quota(800, 150)),
+    START_EXECUTION: (_start_quota(LARGE_REGIONS_QUOTA), _start_quota(OTHER_REGIONS_QUOTA)),
     START_EXPRESS: (Quota(6000, 6000), Quota(6000, 6000)),
     SEND_TASK_SUCCESS: (Quota(3000, 500), Quota(1500, 300)),
     SEND_TASK_FAILURE: (Quota(3000, 500), Quota(1500, 300)),

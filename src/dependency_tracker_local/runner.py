@@ -10,6 +10,8 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Any
 
+from dependency_tracker_local.context import StackStoppedError
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
@@ -65,13 +67,6 @@ class ThreadRoutedStdout(io.TextIOBase):
         if getattr(self._local, "active", False) and "file" not in options:
             options["file"] = self._sink
         builtins.print(*values, **options)  # noqa: T201
-
-
-class StackStoppedError(RuntimeError):
-    """An event reached a handler after the stack began to stop."""
-
-    def __init__(self) -> None:
-        super().__init__("the embedded stack is stopping: the event was not delivered")
 
 
 class Invoker:

@@ -23,8 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dependency_tracker_local.context import LocalContext
-from dependency_tracker_local.runner import StackStoppedError
+from dependency_tracker_local.context import LocalContext, StackStoppedError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

@@ -12,7 +12,7 @@ sent again, a single message is reported as a batch item failure.
 The deadline is the invocation's: the process handler sets it around each record
 (:func:`deadline_scope`), and the start reads it (:func:`current_deadline`), so the
 flows between them need not carry it. The figures the defaults are derived from
-live in :mod:`dependency_tracker.core.registration`.
+live in :mod:`dependency_tracker.core.quotas`.
 """
 
 from __future__ import annotations
