@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from dependency_tracker import app
 from dependency_tracker_local import LocalStack
-from dependency_tracker_local.runner import StackStoppedError
+from dependency_tracker_local.context import StackStoppedError
 
 pytestmark = pytest.mark.e2e
 

@@ -20,9 +20,9 @@ from moto import mock_aws
 
 from dependency_tracker_local import platform
 from dependency_tracker_local import template as template_reader
-from dependency_tracker_local.context import LocalContext
+from dependency_tracker_local.context import LocalContext, StackStoppedError
 from dependency_tracker_local.pumps import SchedulePump, SqsPump, StreamPump
-from dependency_tracker_local.runner import Invoker, StackStoppedError
+from dependency_tracker_local.runner import Invoker
 from dependency_tracker_local.stack import EmbeddedStack
 from dependency_tracker_local.timeouts import FunctionTimedOutError, FunctionTimeouts, invoke
 from tests.conftest import DEPENDENCY_TABLE, REGION, Aws, wait_until
