@@ -159,3 +159,31 @@ def test_records_are_not_started_with_less_than_the_margin_left(aws: Aws) -> Non
     # AND with a whole invocation they run, once each
     assert failures(lambda_handler(sqs_event(*bodies, ids=ids), LocalContext("p"))) == []
     assert all(aws.states.get(payload_id(f"late-{number}")) is not None for number in range(3))
+
+
+@pytest.mark.usefixtures("workflows")
+def test_a_join_handed_off_twice_registers_once(aws: Aws, join_queue: tuple[str, str]) -> None:
+    url, arn = join_queue
+    # GIVEN a join message handed to the join queue, then delivered again from the process
+    # queue (its invocation crashed after the hand-off, before SQS deleted it)
+    for _ in range(2):
+        event = sqs_event(join_body(0), ids=["join-msg-0"])
+        event["Records"][0]["eventSourceARN"] = aws.queue_arn
+        assert failures(lambda_handler(event, LocalContext("deptrack-process"))) == []
+    handed = drain(aws, url)
+    assert len(handed) == 2
+    # WHEN the join queue delivers both copies
+    for message in handed:
+        one = lambda_sqs_event([message], queue_arn=arn, region=REGION)
+        assert failures(lambda_handler(one, LocalContext("deptrack-process"))) == []
+    # THEN the join is registered once and each member started once, claimed for the
+    # message id SQS first gave the join
+    row = aws.dependencies.get_join(token_hash("tok-0"))
+    assert row is not None
+    assert row.registered == MEMBERS
+    for member in range(MEMBERS):
+        state = aws.states.get(payload_id(f"j0-m{member}"))
+        assert state is not None
+        assert (state.attempt, state.claim_message_id) == (1, "join-msg-0")
+    started = aws.sfn.list_executions(stateMachineArn=f"{aws.settings.workflow_arn_prefix}pass")
+    assert len(started["executions"]) == MEMBERS
