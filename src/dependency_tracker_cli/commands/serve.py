@@ -18,7 +18,7 @@ import typer
 from rich.table import Table
 
 from dependency_tracker.core import settings
-from dependency_tracker_cli import render
+from dependency_tracker_cli import hints, render
 from dependency_tracker_cli.options import ENV_STACK_NAME, Json, Prefix, fail, reported_errors
 
 # 4566 is the LocalStack product's port (and 4510-4559 its services'): serve must not collide.
@@ -235,17 +235,20 @@ def _show(outputs: dict[str, Any], *, json_output: bool) -> None:
         console = render.stdout()
         render.print_table(console, table, keys=(0, 1))
         endpoint, queue = outputs["EndpointUrl"], outputs["ProcessQueueUrl"]
+        publish = hints.command("publish", "payload.json", "--wait", "--endpoint-url", endpoint)
         console.print(
-            "try: dependency-tracker publish payload.json --wait "
-            f"--endpoint-url {endpoint}\n"
+            f"try: {publish}\n"
             f"     aws --endpoint-url {endpoint} sqs send-message --queue-url {queue} "
             "--message-body file://payload.json",
             soft_wrap=True,
         )
         if "CirrusStateTableName" in outputs:
             console.print(
-                f"     dependency-tracker status ID --endpoint-url {endpoint} --stack-name "
-                f"{outputs['StackName']}   (payload state from cirrus's state table)",
+                "     "
+                + hints.command(
+                    "status", "ID", "--endpoint-url", endpoint, "--stack-name", outputs["StackName"]
+                )
+                + "   (payload state from cirrus's state table)",
                 soft_wrap=True,
             )
     sys.stdout.flush()

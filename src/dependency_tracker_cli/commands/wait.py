@@ -26,7 +26,7 @@ from dependency_tracker.core.settings import MAX_JOIN_CHUNK_SIZE
 from dependency_tracker.joins.manifest import ManifestReader
 from dependency_tracker.joins.messages import JoinMessage, read_members
 from dependency_tracker.payloads.model import ProcessPayload
-from dependency_tracker_cli import io, render
+from dependency_tracker_cli import hints, io, render
 from dependency_tracker_cli.commands.follow import JOIN, SINGLE, follow_parent, machine_arn
 from dependency_tracker_cli.options import Json, aws_command, fail
 from dependency_tracker_cli.readmodel import CirrusPrefix, CirrusStateTableName
@@ -313,8 +313,8 @@ def _show_started(
     console.print(execution_arn, soft_wrap=True)
     parent = payload_id or execution_arn.rsplit(":", 1)[-1]
     render.stderr().print(
-        f"while it waits: dependency-tracker graph --root {parent!r}; "
-        "dependency-tracker stuck --older-than 10s; "
-        f"to its end: dependency-tracker follow {execution_arn.rsplit(':', 1)[-1]!r}",
+        f"while it waits: {hints.command('graph', '--root', parent)}; "
+        f"{hints.command('stuck', '--older-than', '10s')}; "
+        f"to its end: {hints.command('follow', execution_arn.rsplit(':', 1)[-1])}",
         soft_wrap=True,
     )
