@@ -10,6 +10,7 @@ from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.core.errors import PayloadNotFoundError
 from dependency_tracker.table.prefixes import INVALID_MESSAGE_PREFIX
 from dependency_tracker_cli import render
+from dependency_tracker_cli.dead_ends import waiting_parent_note
 from dependency_tracker_cli.options import Json, aws_command
 from dependency_tracker_cli.readmodel import (
     CirrusPrefix,
@@ -63,6 +64,10 @@ def status(
             render.print_table(console, card, keys=())
     missing = [payload_id for payload_id, item in rows if item is None]
     if missing:
+        for payload_id in missing:
+            note = waiting_parent_note(target, payload_id)
+            if note is not None:
+                render.stderr().print(render.escape_line(note), soft_wrap=True)
         raise PayloadNotFoundError(", ".join(missing))
 
 

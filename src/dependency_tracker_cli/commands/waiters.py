@@ -14,6 +14,7 @@ from dependency_tracker.core.tokens import redact_token
 from dependency_tracker.table.items import MembershipItem, WaiterItem
 from dependency_tracker.table.join_items import JoinItem
 from dependency_tracker_cli import render
+from dependency_tracker_cli.dead_ends import waiting_parent_note
 from dependency_tracker_cli.options import Json, aws_command
 from dependency_tracker_cli.readmodel import CirrusPrefix, CirrusStateTableName
 from dependency_tracker_cli.target import Target
@@ -67,6 +68,9 @@ def waiters(
     if json_output:
         render.emit_json({"payload_id": payload_id, "found": known, "waiters": views})
     if not known:
+        note = waiting_parent_note(target, payload_id)
+        if note is not None:
+            render.stderr().print(render.escape_line(note), soft_wrap=True)
         raise PayloadNotFoundError(f"{payload_id} (no state item, and nothing waits on it)")
     if json_output:
         return

@@ -61,3 +61,34 @@ def test_waiters_of_a_payload_without_a_state_item_are_shown(aws: Aws) -> None:
     shown = json.loads(result.stdout)
     assert shown["found"] is True
     assert [view["waiter_payload_id"] for view in shown["waiters"]] == ["p"]
+
+
+PARENT_ARN = "arn:aws:states:us-east-1:123456789012:execution:deptrack-wait-for-dependencies:m1"
+
+
+def test_a_waiting_parents_own_id_points_to_graph_and_stuck(aws: Aws) -> None:
+    # GIVEN a parent started with `wait --payload-id s2/mosaic-1`, waiting on tile-2
+    assert aws.dependencies.register(
+        waiter("s2/workflow-simulate/tile-2", "t1", parent="s2/mosaic-1", execution=PARENT_ARN)
+    )
+    for command in ("status", "waiters"):
+        # WHEN the user asks `status` or `waiters` about the parent's id
+        result = CliRunner().invoke(app, [command, "s2/mosaic-1"])
+        # THEN it is still not a payload (exit 5), and the answer says where to look
+        assert result.exit_code == PayloadNotFoundError.exit_code, command
+        assert "is the id a parent waits as" in result.stderr, command
+        assert "graph --root s2/mosaic-1 --all" in result.stderr, command
+        assert "stuck" in result.stderr, command
+    # AND the command it points to answers: the parent waits on tile-2
+    graph = CliRunner().invoke(app, ["graph", "--root", "s2/mosaic-1", "--all"])
+    assert graph.exit_code == 0, graph.output
+    assert "tile-2" in graph.stdout
+
+
+def test_a_typo_gets_no_pointer(aws: Aws) -> None:
+    assert aws.dependencies.register(
+        waiter("a/b", "t1", parent="s2/mosaic-1", execution=PARENT_ARN)
+    )
+    result = CliRunner().invoke(app, ["status", "s2/mosaic-2"])
+    assert result.exit_code == PayloadNotFoundError.exit_code
+    assert result.stderr == "error: payload not found: s2/mosaic-2\n"
