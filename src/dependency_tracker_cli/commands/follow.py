@@ -20,6 +20,7 @@ from rich.table import Table
 from dependency_tracker.core.errors import DependencyTrackerError, InvalidMessageError
 from dependency_tracker.payloads.documents import is_reference
 from dependency_tracker.payloads.model import ProcessPayload
+from dependency_tracker.table.items import WaiterItem
 from dependency_tracker_cli import io, render
 from dependency_tracker_cli.options import Json, aws_command, fail
 from dependency_tracker_cli.readmodel import CirrusPrefix, CirrusStateTableName
@@ -70,7 +71,8 @@ def follow(
     """Follow a parent until it ends, as wait does: re-attach after `wait --no-follow`.
 
     EXECUTION is an execution of the stack's wait-for-dependencies or
-    wait-for-join machine: its ARN, or its name (looked up in both). Progress
+    wait-for-join machine: its ARN, or its name (looked up in both); or, by its
+    ARN, a parent of your own that waits through the tracker. Progress
     goes to stderr; the end (status, join counts, each dependency's state) to
     stdout. A parent that already ended is shown at once. Exits 0 when the
     parent succeeded, 1 when it failed (with the tracker's error name), 5 when
@@ -82,8 +84,8 @@ def follow(
       dependency-tracker follow mosaic-1 --stack-name tracker --json
     """
     target.use_cirrus(prefix=cirrus_prefix, state_table=cirrus_state_table)
-    described, machine = _find(target, execution)
-    ids = _payload_ids(target, described.get("input"))
+    described, machine, waited = _find(target, execution)
+    ids = waited if waited is not None else _payload_ids(target, described.get("input"))
     render.stderr().print(
         f"following {machine}: {render.escape_line(described['executionArn'])}", soft_wrap=True
     )
@@ -148,8 +150,12 @@ def _parents(target: Target) -> dict[str, str]:
     return found
 
 
-def _find(target: Target, execution: str) -> tuple[dict[str, Any], str]:
-    """``DescribeExecution`` of the parent named by ARN or name, and which parent it is."""
+def _find(target: Target, execution: str) -> tuple[dict[str, Any], str, list[str] | None]:
+    """The parent named by ARN or name: its ``DescribeExecution``, its machine, what it waits on.
+
+    What it waits on is None for the stack's own parents (their input says); a parent of
+    the user's own, named by its ARN, waits on what the tracker's rows name for it.
+    """
     parents = _parents(target)
     names = " or ".join(f"{target.prefix}-{machine}" for machine in parents.values())
     if execution.startswith("arn:"):
@@ -157,18 +163,39 @@ def _find(target: Target, execution: str) -> tuple[dict[str, Any], str]:
         if described is None:
             raise ExecutionNotFoundError(f"no execution {execution}")
         machine = parents.get(str(described["stateMachineArn"]))
-        if machine is None:
+        if machine is not None:
+            return described, machine, None
+        waited = _waited_on(target, execution)
+        if waited is None:
             raise ExecutionNotFoundError(
-                f"{execution} is not a parent: follow shows executions of {names}"
+                f"{execution} waits on nothing through the tracker (no waiter or join row names "
+                f"it); follow shows executions of {names} and of any parent that waits"
             )
-        return described, machine
+        return described, str(described["stateMachineArn"]).rsplit(":", 1)[-1], waited
     for arn, machine in parents.items():
         # An execution's ARN is its machine's, with :execution: and its name.
         candidate = f"{arn.replace(':stateMachine:', ':execution:', 1)}:{execution}"
         described = _describe(target, candidate)
         if described is not None:
-            return described, machine
-    raise ExecutionNotFoundError(f"no execution named {execution!r} of {names}")
+            return described, machine, None
+    raise ExecutionNotFoundError(
+        f"no execution named {execution!r} of {names} (a parent of your own: give its ARN)"
+    )
+
+
+def _waited_on(target: Target, execution_arn: str) -> list[str] | None:
+    """The payload ids a parent of the user's own waits on, by the rows naming it (None: none).
+
+    A join's members are not listed (there may be 100,000): its progress is the join's.
+    """
+    rows = [
+        row
+        for page in target.dependencies.scan_pages(parent_execution=execution_arn)
+        for row in page
+    ]
+    if not rows:
+        return None
+    return list(dict.fromkeys(row.payload_id for row in rows if isinstance(row, WaiterItem)))
 
 
 def _describe(target: Target, execution_arn: str) -> dict[str, Any] | None:

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from typer.testing import CliRunner
 
+from dependency_tracker.core.enums import PayloadState
 from dependency_tracker_cli.__main__ import app
 from tests.conftest import FAIL_WORKFLOW, PASS_WORKFLOW, payload, payload_id
+from tests.unit.cli.rows import waiter
 
 if TYPE_CHECKING:
     from typer.testing import Result
@@ -95,9 +97,24 @@ def test_an_execution_of_another_machine_is_no_parent(aws: Aws, parents: dict[st
     other = start(aws, aws.create_workflow("fail", FAIL_WORKFLOW), "w-1", {})
     # WHEN it is followed
     result = follow(other)
-    # THEN it exits 5: follow shows parents only
+    # THEN it exits 5: it waits on nothing through the tracker
     assert result.exit_code == 5, result.output
-    assert result.stderr.startswith(f"error: {other} is not a parent: follow shows executions")
+    assert result.stderr.startswith(f"error: {other} waits on nothing through the tracker")
+
+
+def test_a_parent_of_your_own_is_followed_by_its_arn(aws: Aws, parents: dict[str, str]) -> None:
+    # GIVEN a mosaic state machine of the user's own whose execution waited on "a"
+    aws.finished_payload(payload("a"), PayloadState.SUCCEEDED)
+    mosaic = start(aws, aws.create_workflow("my-mosaic", PASS_WORKFLOW), "mosaic-1", {})
+    assert aws.dependencies.register(waiter(payload_id("a"), "t1", execution=mosaic))
+    # WHEN it is followed by its ARN
+    result = follow(mosaic, "--json")
+    # THEN follow shows it like the stack's own parents, with what it waited on
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.stdout)
+    assert shown["state_machine"] == "deptrack-my-mosaic"
+    assert shown["status"] == "SUCCEEDED"
+    assert payload_id("a") in json.dumps(shown)
 
 
 def test_without_any_parent_machine_it_exits_4(aws: Aws) -> None:
