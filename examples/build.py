@@ -33,6 +33,13 @@ PARTITION = "${Partition}"
 TIMED_OUT = "DependencyTimedOut"
 
 
+# Why a join example takes an optional payload_id (its DependencyCycle Catch needs it).
+WAITS_AS = (
+    "payload_id (optional) is the id this parent waits as, so a member that waits on it is "
+    "refused with DependencyCycle."
+)
+
+
 def _with_defaults(defaults: str) -> str:
     """The input merged over ``defaults`` (JSON text), so optional fields resolve later."""
     return f"States.JsonMerge(States.StringToJson('{defaults}'), $, false)"
@@ -120,12 +127,12 @@ def join_quorum() -> dict[str, Any]:
     return {
         "Comment": "Waits until `quorum` of the tiles succeeded (null or absent: all of them) with "
         'one task token, and fails as soon as that became impossible. Input: {"tiles": [payload '
-        'or {"url": ...}, ...], "quorum": 2}.',
+        'or {"url": ...}, ...], "quorum": 2, "payload_id": "s2/mosaic-1"}; ' + WAITS_AS,
         "StartAt": "ApplyDefaults",
         "States": {
             "ApplyDefaults": {
                 "Type": "Pass",
-                "Parameters": {"args.$": _with_defaults('{"quorum": null}')},
+                "Parameters": {"args.$": _with_defaults('{"quorum": null, "payload_id": null}')},
                 "OutputPath": "$.args",
                 "Next": "WaitForQuorum",
             },
@@ -133,6 +140,7 @@ def join_quorum() -> dict[str, Any]:
                 QUEUE_URL,
                 payloads_path="$.tiles",
                 quorum_path="$.quorum",
+                waiter_payload_id_path="$.payload_id",
                 result_path="$.joined",
                 timeout_seconds=600,
                 next_state="UseSummary",
@@ -160,13 +168,20 @@ def join_either_or() -> dict[str, Any]:
     return {
         "Comment": "Either-or: resumes when the first candidate succeeded and names it (winner); "
         'fails with QuorumUnreachable only when every candidate failed. Input: {"candidates": '
-        '[payload or {"url": ...}, ...]}.',
-        "StartAt": "FirstToSucceed",
+        '[payload or {"url": ...}, ...], "payload_id": "s2/mosaic-1"}; ' + WAITS_AS,
+        "StartAt": "ApplyDefaults",
         "States": {
+            "ApplyDefaults": {
+                "Type": "Pass",
+                "Parameters": {"args.$": _with_defaults('{"payload_id": null}')},
+                "OutputPath": "$.args",
+                "Next": "FirstToSucceed",
+            },
             "FirstToSucceed": join_state(
                 QUEUE_URL,
                 payloads_path="$.candidates",
                 quorum=1,
+                waiter_payload_id_path="$.payload_id",
                 result_path="$.race",
                 timeout_seconds=600,
                 next_state="UseWinner",
@@ -189,9 +204,17 @@ def join_manifest() -> dict[str, Any]:
         "Comment": "Waits on every member of a manifest (an s3:// JSON Lines or JSON array of "
         'payloads or {"url": ...}; `dependency-tracker publish --manifest DIR` uploads one and '
         "prints its url). The join gets an id first, so its row (payload_id join#<join_id>, "
-        'waiter_id join) can be read after a timeout. Input: {"manifest_url": "s3://bucket/manifests/....jsonl"}.',
-        "StartAt": "NameTheJoin",
+        "waiter_id join) can be read after a timeout. Input: "
+        '{"manifest_url": "s3://bucket/manifests/....jsonl", "payload_id": "s2/mosaic-1"}; '
+        + WAITS_AS,
+        "StartAt": "ApplyDefaults",
         "States": {
+            "ApplyDefaults": {
+                "Type": "Pass",
+                "Parameters": {"args.$": _with_defaults('{"payload_id": null}')},
+                "OutputPath": "$.args",
+                "Next": "NameTheJoin",
+            },
             "NameTheJoin": {
                 "Type": "Pass",
                 "Parameters": {"join_id.$": "States.UUID()"},
@@ -203,6 +226,7 @@ def join_manifest() -> dict[str, Any]:
                 payloads_path=None,
                 payloads_url_path="$.manifest_url",
                 join_id_path="$.join.join_id",
+                waiter_payload_id_path="$.payload_id",
                 result_path="$.joined",
                 timeout_seconds=3600,
                 next_state="UseSummary",

@@ -234,3 +234,21 @@ def test_an_sqs_send_retries_permanent_refusals_never_and_unclassified_errors_br
     assert brief["ErrorEquals"] == [unclassified], where
     assert brief["MaxAttempts"] == asl.UNCLASSIFIED_MAX_ATTEMPTS == 2, where
     assert backoff(brief) <= 3, where
+
+
+def test_a_task_that_catches_dependency_cycle_sends_the_id_it_waits_as() -> None:
+    # A DependencyCycle Catch can only fire when the message names the parent's own payload
+    # id (waiter_payload_id): without it the tracker cannot see the cycle.
+    # (The asl helpers take it as waiter_payload_id_path, for the parents that have one.)
+    missing = []
+    for where, _service, state in TASKS:
+        if where.startswith("asl."):
+            continue
+        caught = {error for catch in state.get("Catch", []) for error in catch["ErrorEquals"]}
+        body = state.get("Parameters", {}).get("MessageBody")
+        if "DependencyCycle" not in caught or not isinstance(body, dict):
+            continue
+        wait = body.get("join") or body.get("callback") or body
+        if not {"waiter_payload_id", "waiter_payload_id.$"} & set(wait):
+            missing.append(where)
+    assert missing == []
