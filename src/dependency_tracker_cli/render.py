@@ -173,20 +173,53 @@ def print_table(console: Console, table: Table, *, keys: Iterable[int] = (0,)) -
     without a header (a card, as ``status`` prints) becomes its title
     followed by ``field: value`` lines.
     """
-    for index in keys:
-        column = table.columns[index]
-        column.no_wrap = True
-        column.overflow = "ignore"
-        column.min_width = max((_width(cell) for cell in column.cells), default=0)
+    identifiers = set(keys)
+    padding = table.padding[1] + table.padding[3]  # Rich counts it in min_width, not in width
+    least: list[int] = []
+    most: list[int] = []
+    for index, column in enumerate(table.columns):
+        cells = [column.header, *column.cells] if table.show_header else list(column.cells)
+        most.append(max((_width(cell) for cell in cells), default=0) + padding)
+        if index in identifiers:
+            column.no_wrap = True
+            column.overflow = "ignore"
+            least.append(most[-1])
+        else:
+            least.append(max((_longest_word(cell) for cell in cells), default=0) + padding)
+        column.min_width = least[-1]
     if table.title is not None:
         table.min_width = max(table.min_width or 0, _width(table.title))
     needed = Measurement.get(console, console.options.update(max_width=_UNBOUNDED), table)
-    if needed.minimum <= console.width:
+    if max(needed.minimum, sum(least) + _edges(table)) <= console.width:
+        # Rich narrows the widest columns first and may cut a word ("2026-11…") even
+        # when every word fits: the widths are given, each column at least its longest word.
+        room = console.width - _edges(table)
+        for column, width in zip(table.columns, _share(least, most, room), strict=True):
+            column.width = width - padding
         console.print(table)
     elif table.show_header:
         _print_blocks(console, table)
     else:
         _print_card(console, table)
+
+
+def _edges(table: Table) -> int:
+    """Cells a table's borders take (as Rich draws them)."""
+    if table.box is None:
+        return 0
+    return len(table.columns) - 1 + (2 if table.show_edge else 0)
+
+
+def _share(least: list[int], most: list[int], room: int) -> list[int]:
+    """Column widths from ``least`` toward ``most``, the room shared out evenly."""
+    widths = list(least)
+    spare = room - sum(widths)
+    hungry = sorted(range(len(widths)), key=lambda i: most[i] - least[i])
+    for done, index in enumerate(hungry):
+        give = min(most[index] - widths[index], spare // (len(hungry) - done))
+        widths[index] += max(give, 0)
+        spare -= max(give, 0)
+    return widths
 
 
 def _width(cell: RenderableType) -> int:
@@ -196,6 +229,15 @@ def _width(cell: RenderableType) -> int:
     if isinstance(cell, Text):
         return cell.cell_len
     return 0
+
+
+def _longest_word(cell: RenderableType) -> int:
+    """Cells on screen of a cell's longest word (0 for renderables other than text)."""
+    if isinstance(cell, str):
+        cell = Text.from_markup(cell)
+    if not isinstance(cell, Text):
+        return 0
+    return max((Text(word).cell_len for word in cell.plain.split()), default=0)
 
 
 def _print_blocks(console: Console, table: Table) -> None:

@@ -202,6 +202,29 @@ def test_readme_and_local_md_give_the_demo_s_default_counts() -> None:
     (readme_time,) = re.findall(r"(\d+ s) on (\d{4}-\d\d-\d\d)", readme)
     (local_time,) = re.findall(r"(\d+ s) wall time on (\d{4}-\d\d-\d\d)", local)
     assert readme_time == local_time
+    # AND the words around it agree with the figure ("about half a minute": 20 to 45 s)
+    seconds = int(readme_time[0].split()[0])
+    if "about half a minute" in readme:
+        assert 20 <= seconds <= 45, readme_time
+
+
+def test_the_readme_names_each_outcome_the_demo_checks_and_whose_it_is() -> None:
+    # GIVEN the outcomes the demo holds its parents to, and the refusal it holds the
+    # cycle's dependency to (DependencyCycle on the dependency, not on the parent)
+    scenario = build_scenario(parents=0, dependencies=1, join_members=0)
+    expected = {p.expected_error for p in scenario.parents if p.expected_error}
+    cycle = next(p for p in scenario.parents if any(d.waits_for for d in p.dependencies))
+    readme = words(README)
+    shows = readme[readme.index("What `make demo` shows") :].split(" Options:")[0]
+    # WHEN the README says what `make demo` shows
+    named = set(re.findall(r"`((?:Dependency|Quorum)[A-Za-z]+)`", shows))
+    # THEN it names every outcome a parent ends with, and no other but the cycle's refusal
+    assert named == expected | {"DependencyCycle"}
+    # AND it says the cycle's parent ends with its own outcome, not the dependency's
+    assert f"the parent gets `{cycle.expected_error}`" in shows
+    assert "DependencyCycle" not in {p.expected_error for p in scenario.parents}
+    # AND so does the demo's own row for it
+    assert "the dependency fails" in cycle.story
 
 
 # ---------------------------------------------------------------------------- links and layout

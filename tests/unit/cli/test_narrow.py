@@ -147,3 +147,46 @@ def test_the_payload_table_never_cuts_a_payload_id_or_an_execution_name(width: i
     assert "…" not in text
     assert any(ID_120 in line for line in text.splitlines())
     assert any(f"deptrack-simulate:{'e' * 70}" in line for line in text.splitlines())
+
+
+def waiters_like_table() -> Table:
+    """A table shaped as ``waiters`` prints it: ids, then words a terminal may wrap."""
+    table = Table(title="waiters on s2/workflow-cog/tile-1")
+    for column in ("waiter", "parent execution", "since", "state", "notified", "error: cause"):
+        table.add_column(column)
+    table.add_row(
+        "sha256:0123456789abcdef",
+        "deptrack-wait-for-dependencies:mosaic-run-2026-11-28",
+        "2026-11-28 19:42:56 (3m ago)",
+        "PROCESSING",
+        "not yet",
+        "—",
+    )
+    table.add_row(
+        f"join:{'ab' * 32}",
+        "—",
+        "2026-11-28 19:40:01 (6m ago)",
+        "FAILED",
+        "✓ 0s ago, SENT:FAILED",
+        "QuorumUnreachable: 2 of 3 failed, 2 needed: members-failed-beyond-the-quorum",
+    )
+    return table
+
+
+@pytest.mark.parametrize("width", range(100, 301, 8))
+def test_no_width_cuts_a_word_of_any_cell(width: int) -> None:
+    # GIVEN a waiters table, whose "since" and "state" Rich used to cut ("2026-11…",
+    # "PROCESS…") at widths where every word fits
+    words = {
+        word
+        for column in waiters_like_table().columns
+        for cell in column.cells
+        for word in str(cell).split()
+    }
+    # WHEN printed at any width
+    text = printed(waiters_like_table(), width, keys=(0, 1))
+    # THEN no line is wider than the console, nothing is cut, and every word is whole
+    assert max(len(line) for line in text.splitlines()) <= width
+    assert "…" not in text
+    printed_words = set(text.replace("│", " ").replace("┃", " ").split())
+    assert words <= printed_words, sorted(words - printed_words)
