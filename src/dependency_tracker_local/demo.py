@@ -168,7 +168,8 @@ def build_scenario(
                     waits_for=f"{COLLECTION}/workflow-{PARENT_WORKFLOW}/cycle",
                 ),
             ),
-            "its dependency waits on it: that wait is refused (DependencyCycle), the dependency fails",
+            "its dependency waits on it: that wait is refused (DependencyCycle), "
+            "the dependency fails",
             expected_error="DependencyFailed",
         )
     )
