@@ -24,7 +24,7 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from dependency_tracker.core import settings
 from dependency_tracker.core.errors import DependencyTrackerError
-from dependency_tracker_cli import render
+from dependency_tracker_cli import hints, render
 from dependency_tracker_cli.target import (
     ConnectionOptions,
     Target,
@@ -222,14 +222,20 @@ _MISSING_RESOURCE = frozenset(
         "NoSuchBucket",
     }
 )
-_SERVE_HINT = (
-    "is `dependency-tracker serve` running? Pass the endpoint it printed with "
-    "--endpoint-url or $AWS_ENDPOINT_URL"
-)
-_CREDENTIALS_HINT = (
-    "configure AWS credentials (aws configure, $AWS_PROFILE or --profile); "
-    "against `dependency-tracker serve`, pass its --endpoint-url (no credentials needed)"
-)
+
+
+def _serve_hint() -> str:
+    return (
+        f"is `{hints.command('serve')}` running? Pass the endpoint it printed with "
+        "--endpoint-url or $AWS_ENDPOINT_URL"
+    )
+
+
+def _credentials_hint() -> str:
+    return (
+        "configure AWS credentials (aws configure, $AWS_PROFILE or --profile); "
+        f"against `{hints.command('serve')}`, pass its --endpoint-url (no credentials needed)"
+    )
 
 
 def botocore_hint(exc: BotoCoreError, options: ConnectionOptions | None) -> str | None:
@@ -237,7 +243,7 @@ def botocore_hint(exc: BotoCoreError, options: ConnectionOptions | None) -> str 
     endpoint = None if options is None else options.endpoint_url
     if isinstance(exc, ConnectionError | HTTPClientError):
         if is_loopback(endpoint):
-            return _SERVE_HINT
+            return _serve_hint()
         if endpoint:
             return f"check --endpoint-url (or $AWS_ENDPOINT_URL): {endpoint} does not answer"
         return "check your network and --region; for the local server, pass --endpoint-url"
@@ -245,7 +251,7 @@ def botocore_hint(exc: BotoCoreError, options: ConnectionOptions | None) -> str 
         exc,
         NoCredentialsError | PartialCredentialsError | CredentialRetrievalError | ProfileNotFound,
     ):
-        return _CREDENTIALS_HINT
+        return _credentials_hint()
     if isinstance(exc, NoRegionError):
         return "pass --region or set $AWS_REGION (a profile with a region works too)"
     return None

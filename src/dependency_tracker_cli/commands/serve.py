@@ -6,6 +6,7 @@ import contextlib
 import importlib.metadata
 import json
 import os
+import shlex
 import signal
 import sys
 import tempfile
@@ -132,7 +133,9 @@ def serve(
                 outputs["LogFile"] = str(log_file.resolve())  # where `logs` reads
                 register_stack(stack.client("cloudformation"), outputs["StackName"], outputs)
                 _write_atomically(outputs_file, outputs)
-                _show(outputs, json_output=json_output)
+                example = example_payload_file(outputs_file)
+                _write_atomically(example, example_payload(cirrus=cirrus))
+                _show(outputs, example, json_output=json_output)
                 notes.print(
                     f"outputs in {outputs_file}, handler logs in {log_file}; serving until Ctrl-C",
                     soft_wrap=True,
@@ -143,6 +146,7 @@ def serve(
             finally:
                 stack.stop()
                 outputs_file.unlink(missing_ok=True)
+                example_payload_file(outputs_file).unlink(missing_ok=True)
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
@@ -219,7 +223,25 @@ def _write_atomically(path: Path, outputs: dict[str, Any]) -> None:
     partial.replace(path)
 
 
-def _show(outputs: dict[str, Any], *, json_output: bool) -> None:
+def example_payload_file(outputs_file: Path) -> Path:
+    """Where ``serve`` writes the payload its "try:" hint publishes: beside the outputs."""
+    return outputs_file.with_name(f"{outputs_file.stem}-example-payload.json")
+
+
+def example_payload(*, cirrus: bool) -> dict[str, Any]:
+    """A payload that runs as printed: ``simulate`` for 2 s (cirrus mode: cirrus's ``succeed``)."""
+    if cirrus:
+        process = {"workflow": "succeed", "upload_options": {}, "tasks": {}}
+    else:
+        process = {"workflow": "simulate", "tasks": {"simulate": {"seconds": 2}}}
+    return {
+        "type": "FeatureCollection",
+        "features": [{"type": "Feature", "id": "example-1", "collection": "s2"}],
+        "process": [process],
+    }
+
+
+def _show(outputs: dict[str, Any], example: Path, *, json_output: bool) -> None:
     if json_output:
         render.emit_json(outputs)
     else:
@@ -235,11 +257,12 @@ def _show(outputs: dict[str, Any], *, json_output: bool) -> None:
         console = render.stdout()
         render.print_table(console, table, keys=(0, 1))
         endpoint, queue = outputs["EndpointUrl"], outputs["ProcessQueueUrl"]
-        publish = hints.command("publish", "payload.json", "--wait", "--endpoint-url", endpoint)
+        publish = hints.command("publish", str(example), "--wait", "--endpoint-url", endpoint)
+        body = shlex.quote(f"file://{example}")
         console.print(
             f"try: {publish}\n"
             f"     aws --endpoint-url {endpoint} sqs send-message --queue-url {queue} "
-            "--message-body file://payload.json",
+            f"--message-body {body}",
             soft_wrap=True,
         )
         if "CirrusStateTableName" in outputs:
