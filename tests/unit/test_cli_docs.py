@@ -89,11 +89,12 @@ def test_cli_md_has_a_section_with_an_example_for_every_command() -> None:
 
 
 def test_the_quickstart_writes_its_payload_files_to_a_temporary_directory() -> None:
-    # GIVEN the README's shell blocks
+    # GIVEN the README's shell blocks, one shell session (a block keeps an earlier one's mktemp)
+    temporary: set[str] = set()
     for block in blocks(README):
         if block.lang not in _SHELL:
             continue
-        temporary = set(re.findall(r"^(\w+)=\$\(mktemp -d\)", block.body, flags=re.MULTILINE))
+        temporary |= set(re.findall(r"^(\w+)=\$\(mktemp -d\)", block.body, flags=re.MULTILINE))
         # WHEN a command writes a file (a shell redirection)
         code = "\n".join(line.split(" # ", 1)[0] for line in block.body.splitlines())
         targets = re.findall(r"(?<![\d>-])>>?\s*(\"?[^\s\"]+)", code)
@@ -105,3 +106,22 @@ def test_the_quickstart_writes_its_payload_files_to_a_temporary_directory() -> N
             variable = re.match(r"\$\{?(\w+)\}?/", path)
             assert variable is not None, f"{block.where}: writes {path} into the checkout"
             assert variable.group(1) in temporary, f"{block.where}: {path} is not under mktemp -d"
+
+
+def test_cirrus_md_names_every_command_that_reads_cirrus_s_state_table() -> None:
+    # GIVEN the commands whose options include --cirrus-prefix (they read cirrus's state table)
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    reading = {
+        name
+        for name, command in group.commands.items()
+        if any("--cirrus-prefix" in param.opts for param in command.params)
+    }
+    # WHEN docs/cirrus.md's "CLI." limit says which commands read it
+    text = (ROOT / "docs" / "cirrus.md").read_text(encoding="utf-8")
+    bullet = re.search(r"^\* \*\*CLI\.\*\* (.*?)(?=^\* |\Z)", text, re.M | re.S)
+    assert bullet is not None
+    spans = re.findall(r"`([^`]+)`", bullet[1])
+    named = {span.split()[0] for span in spans if not span.startswith("-")}
+    # THEN it names each of them, and no command that does not read it
+    assert named == reading
