@@ -11,7 +11,7 @@ from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.table.items import MembershipItem, Resolution, membership_id_for
 from dependency_tracker.table.join_items import JoinItem
 from dependency_tracker_cli.target import ConnectionOptions, Target
-from dependency_tracker_cli.ui import views
+from dependency_tracker_cli.ui import joins, views
 from dependency_tracker_cli.ui.app import Settings, create_app
 from tests.conftest import payload, payload_id
 from tests.unit.cli.rows import token, waiter
@@ -85,17 +85,17 @@ def test_a_join_shows_its_counted_members_total_and_quorum(aws: Aws) -> None:
         aws.dependencies.resolve(member.payload_id, member.waiter_id, resolution)
         assert store.count(member, resolution, retention_days=7)
     # WHEN its progress is read
-    graph = views.read_snapshot(target()).graph
-    assert views.join_ids(graph) == ["j1"]
-    (progress,) = views.join_progress(target(), ["j1"])
+    snapshot = views.read_snapshot(target())
+    assert [row.join_id for row in snapshot.joins] == ["j1"]
+    (progress,) = joins.join_progress(target(), ["j1"])
     # THEN 2 of 4 are counted, quorum 3, with the parent's execution
-    assert (progress.counted, progress.total, progress.needed, progress.percent) == (2, 4, 3, 50)
+    assert (progress.counted, progress.total, progress.needed) == (2, 4, 3)
     assert progress.execution is not None
     assert progress.execution.arn == ARN
     # AND the page names what the parent waits on once ("join j1 …", not "join join j1 …")
     page = create_app(target(), Settings()).test_client().get("/").get_data(as_text=True)
     assert "join join" not in page
-    assert "join j1" in page
+    assert "gone-1 · join j1" in page
     # AND on serve an execution links to the page's own JSON view
     link = views.execution_link(target("http://127.0.0.1:4600"), ARN)
     assert link.href.startswith("/execution?arn=arn%3Aaws%3Astates")
