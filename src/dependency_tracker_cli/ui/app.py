@@ -138,7 +138,7 @@ def _sections(target: Target, config: Settings, read: Read[views.Snapshot]) -> d
     stuck = views.stuck_parents(target, graph, config.stuck_after)
     return {
         "summary": views.summary(snapshot, len(stuck), config.recent),
-        "recent": views_duration(config.recent),
+        "recent": _hours(config.recent),
         "counts": views.paged(views.state_counts(snapshot.payloads), _number("counts_page"), size),
         "parents": views.paged(views.waiting(target, graph), _number("parents_page"), size),
         "joins": views.Page(
@@ -162,6 +162,12 @@ def views_duration(value: timedelta) -> str:
         if seconds and seconds % length == 0:
             return f"{seconds // length}{unit}"
     return f"{seconds}s"
+
+
+def _hours(value: timedelta) -> str:
+    """``24 h`` (whole hours), else as :func:`views_duration` says it."""
+    seconds = int(value.total_seconds())
+    return f"{seconds // 3600} h" if seconds and seconds % 3600 == 0 else views_duration(value)
 
 
 def _where(target: Target) -> str:

@@ -11,7 +11,7 @@ from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.table.items import MembershipItem, Resolution, membership_id_for
 from dependency_tracker.table.join_items import JoinItem
 from dependency_tracker_cli.target import ConnectionOptions, Target
-from dependency_tracker_cli.ui import joins, views
+from dependency_tracker_cli.ui import joins, links, views
 from dependency_tracker_cli.ui.app import Settings, create_app
 from tests.conftest import payload, payload_id
 from tests.unit.cli.rows import token, waiter
@@ -98,7 +98,7 @@ def test_a_join_shows_its_counted_members_total_and_quorum(aws: Aws) -> None:
     assert "join join" not in page
     assert "gone-1 · join j1" in page
     # AND on serve an execution links to the page's own JSON view
-    link = views.execution_link(target("http://127.0.0.1:4600"), ARN)
+    link = links.execution_link(target("http://127.0.0.1:4600"), ARN)
     assert link.href.startswith("/execution?arn=arn%3Aaws%3Astates")
 
 
@@ -328,6 +328,11 @@ def test_a_join_decided_and_told_is_still_read_and_shown_with_its_outcome(aws: A
     assert "failed: QuorumUnreachable" in page
     assert "gone-1 · join aaaaaaaa" in page
     assert f'title="{"a" * 64}"' in page
+    # AND a page of one join holds the running one, the next page the decided one
+    one = create_app(target(), Settings(page_size=1)).test_client()
+    second = one.get("/?joins_page=2").get_data(as_text=True)
+    assert f'data-join-id="{"a" * 64}"' in second
+    assert f'data-join-id="{"b" * 64}"' not in second
     # AND the join's own page names it the same way, its whole id in a wrapping element
     own = create_app(target(), Settings()).test_client().get(f"/join/{'a' * 64}")
     text = own.get_data(as_text=True)
