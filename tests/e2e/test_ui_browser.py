@@ -205,6 +205,8 @@ def _scan(server: Server) -> list[dict[str, Any]]:
 # Read in one script, so every number comes from the same refresh of the sections.
 _GLANCE = """
 const number = (css) => Number(document.querySelector(css).textContent);
+// "all" (an all-of join's quorum) and "5+" (a total not known yet) read as null.
+const count = (cell) => (Number.isNaN(Number(cell.textContent)) ? null : Number(cell.textContent));
 const widths = (row) => ["bar-succeeded", "bar-failed"].map((name) => {
   const part = row.querySelector("span." + name);
   return part.getBoundingClientRect().width / part.parentElement.getBoundingClientRect().width;
@@ -219,8 +221,8 @@ const joins = [...document.querySelectorAll("tr.join")].map((row) => ({
   text: row.querySelector(".progress-text").textContent,
   succeeded: Number(row.querySelector("span.succeeded").textContent),
   failed: Number(row.querySelector("span.failed").textContent),
-  quorum: Number(row.querySelector("span.quorum").textContent),
-  total: Number(row.querySelector("span.total").textContent),
+  quorum: count(row.querySelector("span.quorum")),
+  total: count(row.querySelector("span.total")),
   parts: widths(row),
 }));
 const parents = new Set(
@@ -295,10 +297,11 @@ def test_the_page_at_a_glance_at_1280_px(browser: WebDriver, server: Server, pag
     assert [round(part, 2) for part in half["parts"]] == [0.5, 0.5]
     # AND every join's bar measures its counts against its quorum
     for join in seen["joins"]:
+        # An all-of join (quorum "all") needs every member, and its first failure decides it.
+        needed = join["quorum"] or join["total"]
         to_fail = join["total"] - join["quorum"] + 1 if join["quorum"] else 1
-        green = min(1.0, join["succeeded"] / join["quorum"]) if join["quorum"] else None
-        if green is not None:
-            assert abs(join["parts"][0] - green) < 0.01, join
+        if needed:
+            assert abs(join["parts"][0] - min(1.0, join["succeeded"] / needed)) < 0.01, join
         assert abs(join["parts"][1] - min(1.0, join["failed"] / to_fail)) < 0.01, join
     # AND the summary's numbers are the sections' own (one page of each here)
     summary = seen["summary"]

@@ -81,6 +81,8 @@ class Waiting:
     waits_on: str
     kind: str
     state: str | None
+    # The whole label (a join's full id), shown as the tooltip of a shortened one.
+    full: str = ""
 
 
 @dataclass(frozen=True)
@@ -155,13 +157,18 @@ def waiting(target: Target, graph: WaitGraph) -> list[Waiting]:
             continue
         dependency = graph.nodes[edge.target]
         arn = source.parent_arn
+        label = dependency.label
+        if dependency.kind == JOIN:  # "join 3f2a9c1d: 2 of 3 needed", the whole id in the tooltip
+            join_id = str(dependency.detail["join_id"])
+            label = label.replace(join_id, joins.short_id(join_id), 1)
         rows.append(
             Waiting(
                 parent=source.label,
                 execution=None if arn is None else execution_link(target, arn),
-                waits_on=dependency.label,
+                waits_on=label,
                 kind=dependency.kind,
                 state=dependency.state,
+                full=dependency.label,
             )
         )
     return sorted(rows, key=lambda row: (row.parent, row.waits_on))
