@@ -1,10 +1,13 @@
-"""A screenshot of ``dependency-tracker ui`` during a 200-member join, in headless Chromium.
+"""A screenshot of ``dependency-tracker ui`` in headless Chromium, in one of two scenes.
 
-Starts ``dependency-tracker serve`` on a free port, a parent waiting on a join of
-200 ``simulate`` payloads (1 to 20 seconds each), the ui page against it, and
-saves the page once part of the join is counted. Needs /usr/bin/chromium,
-/usr/bin/chromedriver and selenium (the dev extra). Usage:
-``.venv/bin/python scripts/ui_screenshot.py [build/ui/join-200.png]``.
+Starts ``dependency-tracker serve`` on a free port and the ui page against it.
+The default scene is a parent waiting on a join of 200 ``simulate`` payloads (1
+to 20 seconds each), saved once part of the join is counted. ``--joins`` is the
+scene of docs/images/ui-joins.png, 1,280 px wide: a join of 3 needing 2 decided
+failed (QuorumUnreachable) and one running with 1 of 2 needed succeeded and 1
+failed. Needs /usr/bin/chromium, /usr/bin/chromedriver and selenium (the dev
+extra). Usage: ``.venv/bin/python scripts/ui_screenshot.py [--joins] [OUTPUT.png]``
+(``build/ui/join-200.png`` by default, ``docs/images/ui-joins.png`` with ``--joins``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,31 @@ def member(index: int) -> dict[str, Any]:
     }
 
 
+def simulate(item: str, *, seconds: int = 0, outcome: str = "succeed") -> dict[str, Any]:
+    """A ``simulate`` payload of the joins scene."""
+    return {
+        "type": "FeatureCollection",
+        "features": [{"type": "Feature", "id": item, "collection": "screenshot"}],
+        "process": [
+            {
+                "workflow": "simulate",
+                "tasks": {"simulate": {"seconds": seconds, "outcome": outcome}},
+            }
+        ],
+    }
+
+
+# The joins scene: execution name -> members of a join of 3 needing 2.
+JOINS_SCENE = {
+    "mosaic-run-6": [simulate("tile-a"), *(simulate(f"tile-{x}", outcome="fail") for x in "bc")],
+    "mosaic-run-7": [
+        simulate("tile-d"),
+        simulate("tile-e", outcome="fail"),
+        simulate("tile-f", seconds=120),
+    ],
+}
+
+
 def counted(driver: webdriver.Chrome) -> int | None:
     """The join's counted members as the page shows them (None: not shown yet)."""
     try:
@@ -48,8 +76,8 @@ def counted(driver: webdriver.Chrome) -> int | None:
         return None
 
 
-def main(output: Path) -> int:
-    """Run the join, take the screenshot once 20% to 80% of it is counted."""
+def main(output: Path, *, joins_scene: bool = False) -> int:
+    """Run the scene, take the screenshot once it shows what it is for."""
     folder = Path(tempfile.mkdtemp(prefix="ui-screenshot-"))
     outputs_file = folder / "outputs.json"
     command = [sys.executable, "-m", "dependency_tracker_cli", "serve", "--port", "0"]
@@ -66,28 +94,62 @@ def main(output: Path) -> int:
         outputs = json.loads(outputs_file.read_text())
         endpoint = str(outputs["EndpointUrl"])
         target = Target(ConnectionOptions(endpoint_url=endpoint, prefix=outputs["Prefix"]))
-        target.client("stepfunctions").start_execution(
-            stateMachineArn=outputs["StateMachines"]["wait-for-join"],
-            name="all-of-200",
-            input=json.dumps(
-                {"dependencies": [member(i) for i in range(MEMBERS)], "timeout_seconds": 600}
-            ),
-        )
+        sfn = target.client("stepfunctions")
+        machine = outputs["StateMachines"]["wait-for-join"]
+        if joins_scene:
+            for name, members in JOINS_SCENE.items():
+                document = {"dependencies": members, "quorum": 2, "timeout_seconds": 600}
+                sfn.start_execution(stateMachineArn=machine, name=name, input=json.dumps(document))
+        else:
+            document = {"dependencies": [member(i) for i in range(MEMBERS)], "timeout_seconds": 600}
+            sfn.start_execution(
+                stateMachineArn=machine, name="all-of-200", input=json.dumps(document)
+            )
         http = page_server(create_app(target, Settings(refresh_seconds=2)))
         threading.Thread(target=http.serve_forever, daemon=True).start()
-        return _shoot(f"http://127.0.0.1:{http.server_port}/", output)
+        url = f"http://127.0.0.1:{http.server_port}/"
+        return _shoot_joins(url, output) if joins_scene else _shoot(url, output)
     finally:
         serve.send_signal(signal.SIGINT)
         serve.wait(timeout=60)
 
 
-def _shoot(url: str, output: Path) -> int:
+def _driver(width: int, height: int) -> webdriver.Chrome:
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
         options.add_argument(argument)
-    options.add_argument("--window-size=1400,2200")
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    options.add_argument(f"--window-size={width},{height}")
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def _shoot_joins(url: str, output: Path) -> int:
+    """Once one join shows decided and the other 2 members counted, save the page's top."""
+    driver = _driver(1280, 1180)
+    try:
+        driver.get(url)
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                decided = driver.find_elements(By.CSS_SELECTOR, "tr.join.decided")
+                running = driver.find_elements(By.CSS_SELECTOR, "tr.join.running span.counted")
+                ready = len(decided) == 1 and [cell.text for cell in running] == ["2"]
+            except StaleElementReferenceException:
+                ready = False
+            if ready:
+                output.parent.mkdir(parents=True, exist_ok=True)
+                driver.save_screenshot(str(output))
+                print(f"{output}: one join decided, one running")
+                return 0
+            time.sleep(0.5)
+        print("the joins scene never showed one join decided and one running", file=sys.stderr)
+        return 1
+    finally:
+        driver.quit()
+
+
+def _shoot(url: str, output: Path) -> int:
+    driver = _driver(1400, 2200)
     try:
         driver.get(url)
         deadline = time.monotonic() + DEADLINE_SECONDS
@@ -106,4 +168,8 @@ def _shoot(url: str, output: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "build/ui/join-200.png")))
+    arguments = sys.argv[1:]
+    scene = "--joins" in arguments
+    paths = [argument for argument in arguments if argument != "--joins"]
+    default = "docs/images/ui-joins.png" if scene else "build/ui/join-200.png"
+    sys.exit(main(Path(paths[0] if paths else default), joins_scene=scene))

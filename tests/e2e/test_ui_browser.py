@@ -200,3 +200,127 @@ def _scan(server: Server) -> list[dict[str, Any]]:
         for item in scanned["Items"]
         if "payload_id" in item and "state" in item
     ]
+
+
+# Read in one script, so every number comes from the same refresh of the sections.
+_GLANCE = """
+const number = (css) => Number(document.querySelector(css).textContent);
+// "all" (an all-of join's quorum) and "5+" (a total not known yet) read as null.
+const count = (cell) => (Number.isNaN(Number(cell.textContent)) ? null : Number(cell.textContent));
+const widths = (row) => ["bar-succeeded", "bar-failed"].map((name) => {
+  const part = row.querySelector("span." + name);
+  return part.getBoundingClientRect().width / part.parentElement.getBoundingClientRect().width;
+});
+const joins = [...document.querySelectorAll("tr.join")].map((row) => ({
+  name: row.querySelector("a.join-name").textContent,
+  title: row.querySelector("a.join-name").title,
+  id: row.dataset.joinId,
+  decided: row.classList.contains("decided"),
+  outcome: row.querySelector(".outcome").textContent,
+  cause: (row.querySelector(".join-cause") || {}).textContent || "",
+  text: row.querySelector(".progress-text").textContent,
+  succeeded: Number(row.querySelector("span.succeeded").textContent),
+  failed: Number(row.querySelector("span.failed").textContent),
+  quorum: count(row.querySelector("span.quorum")),
+  total: count(row.querySelector("span.total")),
+  parts: widths(row),
+}));
+const parents = new Set(
+  [...document.querySelectorAll("tr.waiting td:first-child")].map((cell) => cell.textContent));
+const root = document.documentElement;
+return {
+  summary: {
+    parents: number("#summary .parents-waiting"),
+    joins: number("#summary .joins-running"),
+    stuck: number("#summary .stuck-parents"),
+    failed: number("#summary .failed-recently"),
+  },
+  parents: parents.size,
+  parentPages: document.querySelector("#parents .page-number").textContent,
+  running: document.querySelectorAll("tr.join.running").length,
+  joinPages: document.querySelector("#joins .page-number").textContent,
+  stuck: document.querySelector("#stuck h2 .count").textContent,
+  joins: joins,
+  page: [root.scrollWidth, root.clientWidth],
+  tables: [...document.querySelectorAll("table")].map((t) => [t.scrollWidth, t.clientWidth]),
+};
+"""
+
+
+def test_the_page_at_a_glance_at_1280_px(browser: WebDriver, server: Server, page: str) -> None:
+    # GIVEN a page 1,280 px wide
+    browser.set_window_size(1280, 1000)
+    # AND a join of 3 needing 2 decided QuorumUnreachable (2 members failed)
+    failing = [
+        simulate("quorum-ok"),
+        simulate("quorum-bad-1", outcome="fail"),
+        simulate("quorum-bad-2", outcome="fail"),
+    ]
+    document = {"dependencies": failing, "quorum": 2, "timeout_seconds": 300}
+    start(server, "wait-for-join", "ui-quorum", document)
+    # AND a running join of 3 needing 2: one succeeded, one failed, one still running
+    running = [
+        simulate("half-ok"),
+        simulate("half-bad", outcome="fail"),
+        simulate("half-slow", seconds=60),
+    ]
+    document = {"dependencies": running, "quorum": 2, "timeout_seconds": 300}
+    start(server, "wait-for-join", "ui-half", document)
+    failures = {"FAILED", "INVALID", "ABORTED"}
+    # WHEN the page shows both (the running one with its 2 finished members counted),
+    # and as many failed payloads as the state table holds
+    browser.get(page)
+
+    def settled() -> dict[str, Any] | None:
+        seen: dict[str, Any] = browser.execute_script(_GLANCE)
+        by_parent = {join["name"].split(" · ")[0]: join for join in seen["joins"]}
+        decided, half = by_parent.get("ui-quorum"), by_parent.get("ui-half")
+        failed = sum(1 for item in _scan(server) if item["state"]["S"] in failures)
+        if decided is None or half is None or half["succeeded"] + half["failed"] < 2:
+            return None
+        if not decided["decided"] or seen["summary"]["failed"] != failed:
+            return None
+        return seen | {"decided": decided, "half": half}
+
+    seen = wait_until(settled, timeout=60, every=0.2)
+    decided, half = seen["decided"], seen["half"]
+    # THEN the decided join is still listed, named by its parent and short id, with its
+    # outcome and cause, its whole id in the title
+    assert decided["title"] == decided["id"]
+    assert decided["name"] == f"ui-quorum · join {decided['id'][:8]}"
+    assert decided["outcome"] == "failed: QuorumUnreachable"
+    assert "quorum 2 of 3 allows at most 1 failed" in decided["cause"]
+    # AND the running join's bar is half green (1 of 2 needed) and half red (2 failures
+    # decide it), never two thirds done, and its text says so
+    assert (half["succeeded"], half["failed"], half["quorum"], half["total"]) == (1, 1, 2, 3)
+    assert half["text"] == "1 of 2 needed succeeded, 1 failed (1 more failure decides)"
+    assert [round(part, 2) for part in half["parts"]] == [0.5, 0.5]
+    # AND every join's bar measures its counts against its quorum
+    for join in seen["joins"]:
+        # An all-of join (quorum "all") needs every member, and its first failure decides it.
+        needed = join["quorum"] or join["total"]
+        to_fail = join["total"] - join["quorum"] + 1 if join["quorum"] else 1
+        if needed:
+            assert abs(join["parts"][0] - min(1.0, join["succeeded"] / needed)) < 0.01, join
+        assert abs(join["parts"][1] - min(1.0, join["failed"] / to_fail)) < 0.01, join
+    # AND the summary's numbers are the sections' own (one page of each here)
+    summary = seen["summary"]
+    assert (seen["parentPages"], seen["joinPages"]) == ("1", "1")
+    assert summary["parents"] == seen["parents"] >= 1  # ui-half (ui-quorum was told)
+    assert summary["joins"] == seen["running"] >= 1
+    assert seen["stuck"] == f"({summary['stuck']} row{'' if summary['stuck'] == 1 else 's'})"
+    assert summary["failed"] >= 3  # the 2 members above and at least one more
+    # AND neither the page nor any table is wider than the window
+    assert seen["page"][0] <= seen["page"][1] <= 1280
+    assert all(scroll <= client for scroll, client in seen["tables"]), seen["tables"]
+    # AND the join's own page names it the same way, its whole id wrapping within the page
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    browser.get(f"{page}join/{decided['id']}")
+    assert text_of(browser, "h1") == decided["name"]
+    assert text_of(browser, "code.join-id") == decided["id"]
+    width = browser.execute_script(
+        "return [document.documentElement.scrollWidth, document.documentElement.clientWidth];"
+    )
+    assert width[0] <= width[1]
+    assert browser.find_element(By.CSS_SELECTOR, ".join-cause").text == decided["cause"]

@@ -25,6 +25,7 @@ from dependency_tracker.table.rows import Row, is_bookkeeping_item, row_from_ite
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from datetime import datetime
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
@@ -100,22 +101,37 @@ class DependencyTable:
                 yield row
 
     def scan_pages(
-        self, *, unnotified_only: bool = False, parent_execution: str | None = None
+        self,
+        *,
+        unnotified_only: bool = False,
+        parent_execution: str | None = None,
+        joins_decided_since: datetime | None = None,
     ) -> Iterator[list[Row]]:
         """Every row of the table, one page at a time: a full ``Scan``, for operator tools.
 
         The flows never scan. With ``unnotified_only`` DynamoDB drops rows that
         have ``notified_at``: what is left are waiters and joins whose parent
-        has not been told yet, and every join membership row. With
+        has not been told yet, and every join membership row;
+        ``joins_decided_since`` keeps the join rows decided since then too. With
         ``parent_execution``, only the waiter and join rows that name it.
         """
         scan: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
         filters: list[str] = []
-        if unnotified_only:
+        plain: dict[str, object] = {}
+        if unnotified_only and joins_decided_since is not None:
+            # ISO text in UTC sorts as time does; the filter costs no read units of its own.
+            filters.append(
+                "(attribute_not_exists(notified_at)"
+                " OR (waiter_id = :join_row AND resolved_at >= :decided_since))"
+            )
+            plain.update(join_row=JOIN_ROW_KEY, decided_since=joins_decided_since)
+        elif unnotified_only:
             filters.append("attribute_not_exists(notified_at)")
         if parent_execution is not None:
             filters.append("parent_execution = :parent")
-            scan["ExpressionAttributeValues"] = values(parent=parent_execution)
+            plain["parent"] = parent_execution
+        if plain:
+            scan["ExpressionAttributeValues"] = values(**plain)
         if filters:
             scan["FilterExpression"] = " AND ".join(filters)
         while True:

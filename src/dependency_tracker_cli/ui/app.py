@@ -21,7 +21,7 @@ from flask import Flask, Response, abort, render_template, request, url_for
 from markupsafe import Markup
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-from dependency_tracker_cli.ui import views
+from dependency_tracker_cli.ui import joins, views
 from dependency_tracker_cli.ui.snapshots import Read, SnapshotCache
 from dependency_tracker_cli.ui.svg import to_svg
 
@@ -40,6 +40,8 @@ class Settings:
     page_size: int = views.PAGE_SIZE
     # Nodes a column of the graph picture shows before "+N more".
     graph_nodes: int = 20
+    # How far back the summary counts failed payloads, and how long a decided join stays listed.
+    recent: timedelta = joins.DECIDED_WINDOW
 
 
 def create_app(target: Target, settings: Settings | None = None) -> Flask:
@@ -47,7 +49,7 @@ def create_app(target: Target, settings: Settings | None = None) -> Flask:
     config = settings or Settings()
     app = Flask(__name__, template_folder=str(Path(__file__).with_name("templates")))
     snapshots = SnapshotCache(
-        lambda: views.read_snapshot(target), refresh_seconds=config.refresh_seconds
+        lambda: views.read_snapshot(target, config.recent), refresh_seconds=config.refresh_seconds
     )
 
     @app.template_global()
@@ -82,6 +84,8 @@ def create_app(target: Target, settings: Settings | None = None) -> Flask:
         return render_template(
             "join.html",
             join_id=join_id,
+            name=joins.join_name(join_id, row.parent_execution),
+            progress=joins.progress_of(target, join_id, row, succeeded, failed),
             row=row,
             succeeded=succeeded,
             failed=failed,
@@ -129,17 +133,18 @@ def _sections(target: Target, config: Settings, read: Read[views.Snapshot]) -> d
     snapshot = read.snapshot
     graph = snapshot.graph
     size = config.page_size
-    joins = views.paged(views.join_ids(graph), _number("joins_page"), size)
+    listed = views.paged([row.join_id for row in snapshot.joins], _number("joins_page"), size)
     payload_page = _number("payloads_page") if "payloads_page" in request.args else _number("page")
+    stuck = views.stuck_parents(target, graph, config.stuck_after)
     return {
+        "summary": views.summary(snapshot, len(stuck), config.recent),
+        "recent": _hours(config.recent),
         "counts": views.paged(views.state_counts(snapshot.payloads), _number("counts_page"), size),
         "parents": views.paged(views.waiting(target, graph), _number("parents_page"), size),
         "joins": views.Page(
-            views.join_progress(target, joins.rows), joins.number, joins.pages, joins.total
+            joins.join_progress(target, listed.rows), listed.number, listed.pages, listed.total
         ),
-        "stuck": views.paged(
-            views.stuck_parents(target, graph, config.stuck_after), _number("stuck_page"), size
-        ),
+        "stuck": views.paged(stuck, _number("stuck_page"), size),
         "stuck_after": views_duration(config.stuck_after),
         "graph_svg": Markup(to_svg(graph, max_per_layer=config.graph_nodes)),  # noqa: S704
         "graph_nodes": len(graph.nodes),
@@ -157,6 +162,12 @@ def views_duration(value: timedelta) -> str:
         if seconds and seconds % length == 0:
             return f"{seconds // length}{unit}"
     return f"{seconds}s"
+
+
+def _hours(value: timedelta) -> str:
+    """``24 h`` (whole hours), else as :func:`views_duration` says it."""
+    seconds = int(value.total_seconds())
+    return f"{seconds // 3600} h" if seconds and seconds % 3600 == 0 else views_duration(value)
 
 
 def _where(target: Target) -> str:

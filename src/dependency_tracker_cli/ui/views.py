@@ -5,18 +5,20 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import TYPE_CHECKING, Generic, TypeVar
-from urllib.parse import quote
 
-from dependency_tracker.core.enums import utcnow
+from dependency_tracker.core.enums import PayloadState, utcnow
+from dependency_tracker.table.join_items import JoinItem
 from dependency_tracker_cli.readmodel import PageRequest, PayloadFilter, PayloadView
+from dependency_tracker_cli.ui import joins
+from dependency_tracker_cli.ui.links import Execution, execution_link
 from dependency_tracker_cli.waitgraph import (
     JOIN,
     Failure,
     StuckParent,
     WaitGraph,
     describe_parents,
-    execution_label,
     failure_of,
 )
 
@@ -61,31 +63,6 @@ def paged(rows: Sequence[T], number: int, size: int = PAGE_SIZE) -> Page[T]:
 
 
 @dataclass(frozen=True)
-class Execution:
-    """A parent execution as a link: the console on AWS, the page's JSON view on ``serve``."""
-
-    arn: str
-    href: str
-
-    @property
-    def label(self) -> str:
-        """``state-machine:name``."""
-        return execution_label(self.arn)
-
-
-def execution_link(target: Target, arn: str) -> Execution:
-    """Where ``arn`` is shown: the AWS console for a deployed stack, else ``/execution?arn=``."""
-    if target.options.endpoint_url:
-        return Execution(arn, f"/execution?arn={quote(arn, safe='')}")
-    region = arn.split(":")[3] if arn.count(":") >= 4 else target.session.region_name
-    return Execution(
-        arn,
-        f"https://{region}.console.aws.amazon.com/states/home?region={region}"
-        f"#/v2/executions/details/{quote(arn, safe=':')}",
-    )
-
-
-@dataclass(frozen=True)
 class StateCount:
     """Payloads of one workflow and collection in one state."""
 
@@ -104,31 +81,8 @@ class Waiting:
     waits_on: str
     kind: str
     state: str | None
-
-
-@dataclass(frozen=True)
-class JoinProgress:
-    """A join's counted members against its total and quorum."""
-
-    join_id: str
-    state: str | None
-    succeeded: int
-    failed: int
-    total: int | None
-    needed: int | None
-    registered: int
-    execution: Execution | None
-
-    @property
-    def counted(self) -> int:
-        """Members whose outcome is counted."""
-        return self.succeeded + self.failed
-
-    @property
-    def percent(self) -> int:
-        """Counted members in percent of the total (of those registered while it is unknown)."""
-        whole = self.total if self.total is not None else self.registered
-        return 0 if not whole else min(100, round(100 * self.counted / whole))
+    # The whole label (a join's full id), shown as the tooltip of a shortened one.
+    full: str = ""
 
 
 @dataclass(frozen=True)
@@ -146,19 +100,30 @@ class StuckRow:
 
 @dataclass
 class Snapshot:
-    """What one request reads: the live wait graph and the payload views."""
+    """What one request reads: the live wait graph, the join rows listed and the payload views."""
 
     graph: WaitGraph
     payloads: list[PayloadView]
+    joins: list[JoinItem] = field(default_factory=list)
+    read_at: datetime = field(default_factory=utcnow)
 
 
-def read_snapshot(target: Target) -> Snapshot:
-    """The live graph (payload states set) and every payload's view, sorted by id."""
-    rows = [row for page in target.dependencies.scan_pages(unnotified_only=True) for row in page]
+def read_snapshot(target: Target, decided_window: timedelta = joins.DECIDED_WINDOW) -> Snapshot:
+    """The live graph (payload states set), the joins listed and every payload's view.
+
+    One ``Scan`` of the dependency table: the rows not answered yet, and the join
+    rows decided within ``decided_window`` (the graph keeps only the former).
+    """
+    now = utcnow()
+    pages = target.dependencies.scan_pages(
+        unnotified_only=True, joins_decided_since=now - decided_window
+    )
+    rows = [row for page in pages for row in page]
     graph = WaitGraph.from_rows(rows)
     reader = target.payloads
     graph.set_states(reader.get_many(graph.payload_ids()), source=reader.source)
-    return Snapshot(graph, all_payloads(target))
+    listed = joins.listed([row for row in rows if isinstance(row, JoinItem)], now, decided_window)
+    return Snapshot(graph, all_payloads(target), listed, now)
 
 
 def all_payloads(target: Target) -> list[PayloadView]:
@@ -192,43 +157,21 @@ def waiting(target: Target, graph: WaitGraph) -> list[Waiting]:
             continue
         dependency = graph.nodes[edge.target]
         arn = source.parent_arn
+        label = dependency.label
+        if dependency.kind == JOIN:  # "join 3f2a9c1d: 2 of 3 needed", the whole id in the tooltip
+            join_id = str(dependency.detail["join_id"])
+            label = label.replace(join_id, joins.short_id(join_id), 1)
         rows.append(
             Waiting(
                 parent=source.label,
                 execution=None if arn is None else execution_link(target, arn),
-                waits_on=dependency.label,
+                waits_on=label,
                 kind=dependency.kind,
                 state=dependency.state,
+                full=dependency.label,
             )
         )
     return sorted(rows, key=lambda row: (row.parent, row.waits_on))
-
-
-def join_ids(graph: WaitGraph) -> list[str]:
-    """Ids of the joins in the graph, sorted."""
-    return sorted(str(n.detail["join_id"]) for n in graph.nodes.values() if n.kind == JOIN)
-
-
-def join_progress(target: Target, ids: Sequence[str]) -> list[JoinProgress]:
-    """Progress of the joins ``ids`` (one consistent read of each join's row and counts)."""
-    store = target.joins
-    found: list[JoinProgress] = []
-    for join_id in ids:
-        row, succeeded, failed = store.read(join_id)
-        arn = None if row is None else row.parent_execution
-        found.append(
-            JoinProgress(
-                join_id=join_id,
-                state=None if row is None else row.workflow_state.value,
-                succeeded=succeeded,
-                failed=failed,
-                total=None if row is None else row.known_total,
-                needed=None if row is None else row.needed,
-                registered=0 if row is None else row.registered,
-                execution=None if arn is None else execution_link(target, arn),
-            )
-        )
-    return found
 
 
 def stuck_parents(target: Target, graph: WaitGraph, older_than: timedelta) -> list[StuckRow]:
@@ -263,3 +206,38 @@ def _stuck_row(target: Target, parent: StuckParent, now: datetime) -> StuckRow:
         failure=failure_of(parent.run, None, None),
         holds=holds,
     )
+
+
+# The states a payload "failed" in, for the summary line.
+FAILED_STATES = frozenset({PayloadState.FAILED, PayloadState.INVALID, PayloadState.ABORTED})
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The line at the top of the page: what a person reads at a glance."""
+
+    parents_waiting: int
+    joins_running: int
+    stuck_parents: int
+    failed: int
+    failed_since: datetime
+
+
+def summary(snapshot: Snapshot, stuck_parents: int, window: timedelta) -> Summary:
+    """Distinct parents waiting, joins running, stuck parents, payloads failed within ``window``.
+
+    A payload counts as failed when its state is FAILED, INVALID or ABORTED and it
+    finished (or, without a finish time, last changed) within ``window`` of the read.
+    """
+    graph = snapshot.graph
+    parents = {edge.source for edge in graph.edges if graph.nodes[edge.source].kind != JOIN}
+    since = snapshot.read_at - window
+    failed = 0
+    for view in snapshot.payloads:
+        at = view.finished_at or view.updated_at
+        if at is not None and at.tzinfo is None:  # a naive time is UTC (cirrus may write one)
+            at = at.replace(tzinfo=UTC)
+        if view.state in FAILED_STATES and at is not None and at >= since:
+            failed += 1
+    running = sum(1 for row in snapshot.joins if not row.workflow_state.is_terminal)
+    return Summary(len(parents), running, stuck_parents, failed, since)
