@@ -238,3 +238,18 @@ def test_the_patterns_are_the_template_s(template: dict[str, Any]) -> None:
         # THEN each is the template's AllowedPattern for that parameter
         assert template["Parameters"][key]["AllowedPattern"] == pattern, key
         re.compile(pattern)
+
+
+@pytest.mark.parametrize("root", ["cirrus/", "/cirrus", "cirrus payloads", "cirrus/*"])
+def test_a_payload_root_filmdrop_takes_but_the_template_refuses_exits_2(
+    ssm: SSMClient, root: str
+) -> None:
+    # GIVEN FilmDrop's payload_root_prefix, free text, set to a root the template refuses
+    put_deployment(ssm, variables={**filmdrop_variables(), "CIRRUS_PAYLOAD_ROOT_PREFIX": root})
+    # THEN the command says which value and why, and prints no command
+    result = run(NAME)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    message = " ".join(result.stderr.split())
+    assert f"CirrusPayloadRootPrefix '{root}'" in message
+    assert 'refused by template.yaml: a key prefix of letters, digits, ".", "_" and "-"' in message
