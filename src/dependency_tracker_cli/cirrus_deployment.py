@@ -36,7 +36,7 @@ REQUIRED = (
 )
 # template.yaml's AllowedPattern of each parameter printed (tests/unit/cli compares them).
 PATTERNS = {
-    "CirrusPrefix": r"^$|^[a-zA-Z][a-zA-Z0-9-]{1,21}$",
+    "CirrusPrefix": r"^$|^[a-zA-Z0-9][a-zA-Z0-9-]{1,62}$",
     "CirrusStateTableName": r"^$|^[a-zA-Z0-9_.-]{3,255}$",
     "CirrusProcessQueueArn": r"^$|^arn:aws[a-z-]*:sqs:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]{1,80}$",
     "CirrusWorkflowEventTopicArn": (
@@ -47,13 +47,14 @@ PATTERNS = {
 }
 # Why the template refuses a value (its ConstraintDescription, shortened).
 _RULES = {
-    "CirrusPrefix": "2 to 22 letters, digits and hyphens, starting with a letter "
-    "(cirrus-geo's own ResourcePrefix rule)",
+    "CirrusPrefix": "2 to 63 letters, digits and hyphens, starting with a letter or digit "
+    "(every resource_prefix FilmDrop makes, old and new)",
     "CirrusStateTableName": "a DynamoDB table name",
     "CirrusProcessQueueArn": "the ARN of a standard (not FIFO) SQS queue",
     "CirrusWorkflowEventTopicArn": "the ARN of a standard SNS topic",
     "CirrusPayloadBucketName": "an S3 bucket name",
-    "CirrusPayloadRootPrefix": 'a key prefix without leading or trailing "/"',
+    "CirrusPayloadRootPrefix": 'a key prefix of letters, digits, ".", "_" and "-", parts '
+    'joined by "/", without leading or trailing "/"',
 }
 _QUEUE_URL = re.compile(r"^https?://(?P<host>[^/]+)/(?P<account>[0-9]{12})/(?P<name>[^/]+)/?$")
 _REGION_IN_HOST = re.compile(r"^(?:sqs\.(?P<a>[a-z0-9-]+)\.|(?P<b>[a-z]{2}(?:-[a-z]+)+-[0-9])\.)")

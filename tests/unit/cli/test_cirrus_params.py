@@ -182,17 +182,47 @@ def test_a_missing_name_exits_2_naming_it(ssm: SSMClient) -> None:
     assert "missing CIRRUS_STATE_DB, CIRRUS_WORKFLOW_EVENT_TOPIC_ARN" in result.stderr
 
 
-def test_a_prefix_the_template_refuses_exits_2_saying_why(ssm: SSMClient) -> None:
-    # GIVEN a FilmDrop ResourcePrefix longer than the template's CirrusPrefix allows (22)
-    long_prefix = "fd-myproject-production-cirrus"
-    put_deployment(ssm, variables=filmdrop_variables(long_prefix))
+@pytest.mark.parametrize(
+    "resource_prefix",
+    [
+        # FilmDrop before March 2025: "fd-{project}-{environment}-cirrus", up to 63 characters
+        "fd-myproject-production-cirrus",
+        # FilmDrop's resource_prefix today: 2 to 22 lowercase characters, a digit first allowed
+        "42geo-lion-prod-cirrus",
+    ],
+)
+def test_every_prefix_filmdrop_makes_is_taken(
+    ssm: SSMClient, template: dict[str, Any], resource_prefix: str
+) -> None:
+    # GIVEN a FilmDrop deployment whose ResourcePrefix cirrus-geo's own CloudFormation would
+    # refuse (over 22 characters, or a digit first)
+    put_deployment(ssm, variables=filmdrop_variables(resource_prefix))
+    # WHEN cirrus-params reads it
+    result = run(NAME, "--json")
+    # THEN it prints the overrides, which the template takes
+    assert result.exit_code == 0, result.output
+    parameters = json.loads(result.stdout)["parameters"]
+    assert parameters["CirrusPrefix"] == resource_prefix
+    assert refusals(template, parameters) == []
+    assert Stack(template, parameters).condition("CirrusMode")
+
+
+@pytest.mark.parametrize(
+    ("resource_prefix", "length"),
+    [("fd-" + "x" * 54 + "-cirrus", 64), ("fd_lion_dev_cirrus", 18)],
+)
+def test_a_prefix_the_template_refuses_exits_2_saying_why(
+    ssm: SSMClient, resource_prefix: str, length: int
+) -> None:
+    # GIVEN a ResourcePrefix no FilmDrop makes: over 63 characters, or with "_"
+    put_deployment(ssm, variables=filmdrop_variables(resource_prefix))
     # THEN the command says so, with the rule, and prints no command
     result = run(NAME)
     assert result.exit_code == 2
     assert result.stdout == ""
     message = " ".join(result.stderr.split())
-    assert f"CirrusPrefix '{long_prefix}' ({len(long_prefix)} characters)" in message
-    assert "refused by template.yaml: 2 to 22 letters, digits and hyphens" in message
+    assert f"CirrusPrefix '{resource_prefix}' ({length} characters)" in message
+    assert "refused by template.yaml: 2 to 63 letters, digits and hyphens" in message
 
 
 def test_a_cirrus_prefix_equal_to_the_tracker_s_exits_2(ssm: SSMClient) -> None:
@@ -208,3 +238,18 @@ def test_the_patterns_are_the_template_s(template: dict[str, Any]) -> None:
         # THEN each is the template's AllowedPattern for that parameter
         assert template["Parameters"][key]["AllowedPattern"] == pattern, key
         re.compile(pattern)
+
+
+@pytest.mark.parametrize("root", ["cirrus/", "/cirrus", "cirrus payloads", "cirrus/*"])
+def test_a_payload_root_filmdrop_takes_but_the_template_refuses_exits_2(
+    ssm: SSMClient, root: str
+) -> None:
+    # GIVEN FilmDrop's payload_root_prefix, free text, set to a root the template refuses
+    put_deployment(ssm, variables={**filmdrop_variables(), "CIRRUS_PAYLOAD_ROOT_PREFIX": root})
+    # THEN the command says which value and why, and prints no command
+    result = run(NAME)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    message = " ".join(result.stderr.split())
+    assert f"CirrusPayloadRootPrefix '{root}'" in message
+    assert 'refused by template.yaml: a key prefix of letters, digits, ".", "_" and "-"' in message

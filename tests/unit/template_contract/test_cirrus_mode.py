@@ -49,6 +49,7 @@ from tests.unit.template_contract.functions import (
     setting_variables,
 )
 from tests.unit.template_contract.lambda_service import lambda_service_needs
+from tests.unit.template_contract.linting import lint
 from tests.unit.template_contract.parameters import EVERYTHING_ON, OTHER_STACK
 from tests.unit.template_contract.transformed import transform
 from tests.unit.test_transformed_template import deployed_service_needs, mappings
@@ -313,11 +314,22 @@ def test_normal_mode_deploys_exactly_the_stack_without_cirrus_mode(
 def test_cirrus_prefix_takes_cirrus_geo_s_resource_prefixes(template: dict[str, Any]) -> None:
     pattern = template["Parameters"]["CirrusPrefix"]["AllowedPattern"]
     # cirrus-geo's own rule (cloudformation/main.yaml): 2-22 characters, a letter first,
-    # then letters, digits and hyphens; its default "cirrus-sandbox"; empty is normal mode
-    for admitted in ("", "cirrus-sandbox", "ab", "a" * 22, "Cirrus-Prod-1"):
+    # then letters, digits and hyphens; its default "cirrus-sandbox"; empty is normal mode.
+    # And FilmDrop's resource_prefix: today 2-22 lowercase characters that may start with a
+    # digit; before March 2025 "fd-{project}-{environment}-cirrus" cut at 63 characters
+    # (which may end in "-")
+    filmdrop = ("1cirrus", "fd-myproject-production-cirrus", "fd-" + "x" * 59 + "-", "a" * 63)
+    for admitted in ("", "cirrus-sandbox", "ab", "a" * 22, "Cirrus-Prod-1", *filmdrop):
         assert re.fullmatch(pattern, admitted), admitted
-    for refused in ("a", "a" * 23, "1cirrus", "-cirrus", "cirrus_prod", "cirrus.prod"):
+    for refused in ("a", "a" * 64, "-cirrus", "cirrus_prod", "cirrus.prod"):
         assert not re.fullmatch(pattern, refused), refused
+    # the names the stack derives from the longest stay valid (an SQS queue name is at most
+    # 80 characters; the bucket name is not: FilmDrop deployments pass theirs)
+    stack = Stack(template, {"CirrusPrefix": "a" * 63})
+    outputs = {key: stack.resolve(o["Value"]) for key, o in template["Outputs"].items()}
+    queue_name = outputs["CirrusProcessQueueUrl"].rsplit("/", 1)[1]
+    assert re.fullmatch(r"[A-Za-z0-9_-]{1,80}", queue_name), queue_name
+    assert re.fullmatch(r"[a-zA-Z0-9_.-]{3,255}", outputs["CirrusStateTable"])
     assert template["Parameters"]["CirrusPrefix"]["Default"] == ""
     assert template["Parameters"]["CirrusPayloadRootPrefix"]["Default"] == "cirrus"
     # the explicit names take what they name, or empty for the derived default
@@ -331,7 +343,10 @@ def test_cirrus_prefix_takes_cirrus_geo_s_resource_prefixes(template: dict[str, 
             ["arn:aws:sqs:us-east-1:123456789012:c-workflow-event"],
         ),
         "CirrusPayloadBucketName": (["c-payload-123456789012"], ["s3://c-payload", "C_bucket"]),
-        "CirrusPayloadRootPrefix": (["cirrus", "data/cirrus"], ["", "/cirrus", "cirrus/"]),
+        "CirrusPayloadRootPrefix": (
+            ["cirrus", "data/cirrus", "payloads/v2", "cirrus-prod_1.0"],
+            ["", "/cirrus", "cirrus/", "a//b", "cirrus/*"],
+        ),
     }
     for name, (admitted_values, refused_values) in checks.items():
         pattern = template["Parameters"][name]["AllowedPattern"]
@@ -875,14 +890,6 @@ def test_alarms_watch_the_cirrus_events_function_and_its_dlq(template: dict[str,
 
 
 # ---------------------------------------------------------------------- linting
-
-
-def lint(path: Path, parameters: dict[str, str] | None = None) -> list[str]:
-    from cfnlint.api import lint_file  # noqa: PLC0415  (slow import, only here)
-    from cfnlint.config import ManualArgs  # noqa: PLC0415
-
-    config = ManualArgs(parameters=[parameters]) if parameters else None
-    return [f"{m.rule.id} line {m.linenumber}: {m.message}" for m in lint_file(path, config)]
 
 
 def test_cfn_lint_passes_in_both_modes_before_and_after_the_transform(
