@@ -70,6 +70,8 @@ if TYPE_CHECKING:
     from dependency_tracker.table.dependency_table import DependencyTable
     from dependency_tracker.table.rows import Row
 
+# The parent finished, timed out or was already resumed: nobody to tell.
+
 # How a refused send is passed to the row's record (REFUSED:<code>); never a notify_outcome.
 REFUSED_OUTCOME = "REFUSED:"
 
