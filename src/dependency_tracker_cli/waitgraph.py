@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from dependency_tracker.core.enums import PayloadState
-from dependency_tracker.core.tokens import redact_token
+from dependency_tracker.core.tokens import PARENT_GRANT_PARAMETER, redact_token
 from dependency_tracker.table.items import MembershipItem, WaiterItem
 from dependency_tracker.table.join_items import JoinItem
 from dependency_tracker_cli import render
@@ -196,6 +196,9 @@ class Edge:
     # What the row stored for a failed dependency: sent (or to send) to the parent.
     error: str | None = None
     cause: str | None = None
+    # Step Functions refused the parent's answer (the row's notify_refused, e.g.
+    # AccessDeniedException: the stack may not answer the parent's state machine).
+    refused: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """JSON view."""
@@ -208,6 +211,7 @@ class Edge:
             "via": self.via,
             "error": self.error,
             "cause": self.cause,
+            "notify_refused": self.refused,
         }
 
 
@@ -231,6 +235,7 @@ class Hold:
         failure = self.failure
         data["error"] = None if failure is None else failure.error
         data["cause"] = None if failure is None else failure.cause
+        data["notify_refused"] = self.edge.refused
         return data
 
     @property
@@ -245,6 +250,12 @@ class Hold:
     def reason(self) -> str:
         """Why this dependency still holds the parent."""
         if self.edge.state != PayloadState.PROCESSING:
+            if self.edge.refused is not None:
+                return (
+                    f"resolved {self.edge.state}; the tracker may not answer this parent "
+                    f"({self.edge.refused}): its state machine is not in "
+                    f"{PARENT_GRANT_PARAMETER}"
+                )
             return f"resolved {self.edge.state}, parent not notified yet"
         dependency = self.dependency
         if self.source is PayloadSource.CIRRUS:
@@ -437,6 +448,7 @@ class WaitGraph:
                 via=via,
                 error=row.error if failed else None,
                 cause=row.cause if failed else None,
+                refused=None if done_at is not None else row.notify_refused,
             )
         )
 
@@ -513,7 +525,8 @@ class WaitGraph:
                     )
                     for m in members
                 )
-                if not members:  # decided, but the parent was not told yet
+                # Decided, but the parent was not told yet (or may not be: refused).
+                if not members or edge.refused is not None:
                     holds.append(Hold(dependency=target, edge=edge, source=_source(target)))
             parents.append(StuckParent(parent=node, since=since, holds=holds))
         return sorted(parents, key=lambda parent: (parent.since, parent.parent.id))

@@ -56,6 +56,8 @@ ACCOUNT = "123456789012"
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/deptrack-local"
 _UNSIGNED = Config(signature_version=UNSIGNED)
 _MOTO_SFN_LOGGER = logging.getLogger("moto.stepfunctions.parser")
+# The IAM model's denials: with the handlers' logs (serve's log file), beside the refused call.
+_IAM_LOGGER = logging.getLogger(iam_model.__name__)
 # A handler invocation still running when the stack stops (a large join) may finish first.
 STOP_TIMEOUT_SECONDS = 120.0
 # The sweeper's schedule, as the template's (rate(5 minutes)).
@@ -215,6 +217,7 @@ class EmbeddedStack:
         self._saved_log_level: int | None = None
         self._saved_log_stream: IO[str] | None = None
         self._moto_log_handler: logging.Handler | None = None
+        self._iam_log_handler: logging.Handler | None = None
         self._stdout: ThreadRoutedStdout | None = None
         self._runner: PumpRunner | None = None
         self._invoker: Invoker | None = None
@@ -262,6 +265,9 @@ class EmbeddedStack:
             self._moto_log_handler = logging.StreamHandler(self._sink)
             _MOTO_SFN_LOGGER.addHandler(self._moto_log_handler)
             _MOTO_SFN_LOGGER.propagate = False
+            self._iam_log_handler = logging.StreamHandler(self._sink)
+            self._iam_log_handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+            _IAM_LOGGER.addHandler(self._iam_log_handler)
         self._strict_block = contextlib.ExitStack()
         # Not a limit: moto's transactions would otherwise copy whole tables.
         self._strict_block.enter_context(aws_like_costs())
@@ -392,6 +398,9 @@ class EmbeddedStack:
             _MOTO_SFN_LOGGER.removeHandler(self._moto_log_handler)
             _MOTO_SFN_LOGGER.propagate = True
             self._moto_log_handler = None
+        if self._iam_log_handler is not None:
+            _IAM_LOGGER.removeHandler(self._iam_log_handler)
+            self._iam_log_handler = None
 
     # ------------------------------------------------------------------ API
 
@@ -432,6 +441,24 @@ class EmbeddedStack:
             raise RuntimeError(msg)
         report: dict[str, Any] = self._sweeper.invoke()
         return report
+
+    def update_parameters(self, parameters: Mapping[str, str]) -> None:
+        """Change template parameters of the running stack, as a stack update would.
+
+        What the IAM model reads follows at once: each role's statements, e.g. the
+        callback role's grant on ``ExtraParentStateMachineArns``. Nothing is created
+        again (queues, tables, state machines keep what they were started with).
+
+        Raises:
+            RuntimeError: The stack is not running, or runs without ``template.yaml``.
+        """
+        path = template_reader.TEMPLATE_PATH
+        if self.app is None or not path.is_file():
+            msg = "parameters change on a running stack started from template.yaml"
+            raise RuntimeError(msg)
+        self._parameters.update(parameters)
+        if self.iam is not None:
+            self.iam.update(self._deployed(template_reader.load_template(path)))
 
     def state_machine_arn(self, name: str) -> str:
         """ARN of ``{prefix}-{name}``."""

@@ -13,6 +13,7 @@ and the callback output architecture.md shows is a valid ``CallbackSuccess``.
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 import re
 import shutil
@@ -346,11 +347,12 @@ def test_troubleshooting_covers_every_error_name_and_every_stuck_reason() -> Non
     # GIVEN the error names a parent can catch, and the reasons `stuck` gives (each state)
     text = read(DOCS / "troubleshooting.md")
     reasons = set()
-    for edge_state in PayloadState:
+    # (each row state, each dependency state, and the answer refused by Step Functions or not)
+    for edge_state, refused in itertools.product(PayloadState, (None, "AccessDeniedException")):
         for dependency_state in [None, *PayloadState]:
             hold = Hold(
                 dependency=SimpleNamespace(state=dependency_state),  # type: ignore[arg-type]
-                edge=SimpleNamespace(state=edge_state),  # type: ignore[arg-type]
+                edge=SimpleNamespace(state=edge_state, refused=refused),  # type: ignore[arg-type]
             )
             reason = hold.reason
             for state in PayloadState:  # "<STATE>" stands for any state

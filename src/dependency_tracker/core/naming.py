@@ -52,3 +52,11 @@ def is_express_arn(execution_arn: str) -> bool:
     """
     parts = execution_arn.split(":")
     return len(parts) > 5 and parts[5] == "express"
+
+
+def state_machine_of(execution_arn: str) -> str | None:
+    """The state machine ARN of a (standard or Express) execution ARN; None if it is not one."""
+    parts = execution_arn.split(":")
+    if len(parts) < 8 or parts[2] != "states" or parts[5] not in ("execution", "express"):
+        return None
+    return ":".join([*parts[:5], "stateMachine", parts[6]])

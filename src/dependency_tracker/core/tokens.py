@@ -10,6 +10,10 @@ PARENT_GONE_CODES = frozenset({"TaskTimedOut", "InvalidToken", "TaskDoesNotExist
 # How a row records such an answer (``PARENT_GONE:<code>``); an operator's release that
 # closed the token (so caused the refusal) may write over it.
 PARENT_GONE_OUTCOME = "PARENT_GONE:"
+# Step Functions' refusal of an answer the caller may not send: no retry fixes it, only the
+# grant (the parent's state machine named in the stack's ExtraParentStateMachineArns).
+SEND_REFUSED_CODES = frozenset({"AccessDeniedException"})
+PARENT_GRANT_PARAMETER = "ExtraParentStateMachineArns"
 
 
 def token_hash(task_token: str) -> str:

@@ -69,7 +69,7 @@ class SweepReport(BaseModel):
     parents_gone: int = 0  # parents that no longer waited (recorded)
     recorded: int = 0  # join members counted on their joins
     skipped: int = 0  # notified meanwhile (the stream or another sweep)
-    failed: int = 0  # still refused: left for the next run
+    failed: int = 0  # still refused (a grant still missing too): left for the next run
     stuck_payloads: int = 0
     stuck_examples: list[str] = Field(default_factory=list)
     reconciled: int = 0  # cirrus mode: payloads found ended in cirrus's state table
@@ -222,6 +222,8 @@ class SweeperFlow:
             report.parents_gone += 1
         elif action is CallbackAction.RECORDED:
             report.recorded += 1
+        elif action is CallbackAction.REFUSED:
+            report.failed += 1  # the parent may not be answered yet: the next run sends again
         else:
             report.skipped += 1
 

@@ -312,6 +312,30 @@ class DependencyTable:
             is not None
         )
 
+    def mark_refused(self, payload_id: str, waiter_id: str, *, code: str) -> bool:
+        """Record, once per code, that Step Functions refused the row's answer.
+
+        The row stays un-notified (the sweeper sends it again). False when the row
+        already records this code, or was told meanwhile: nothing is written, so the
+        stream record a write makes (the callback's filter passes it) is not followed
+        by another one.
+        """
+        condition = (
+            "attribute_exists(waiter_id) AND attribute_not_exists(notified_at) "
+            "AND (attribute_not_exists(notify_refused) OR notify_refused <> :code)"
+        )
+        return (
+            update_if(
+                self._client,
+                TableName=self.table_name,
+                Key=_key(payload_id, waiter_id),
+                UpdateExpression="SET notify_refused = :code, notify_refused_at = :now",
+                ConditionExpression=condition,
+                ExpressionAttributeValues=values(code=code, now=utcnow()),
+            )
+            is not None
+        )
+
     def mark_released(
         self, row: WaiterItem, *, outcome: str, release: ReleaseMark, retention_days: int
     ) -> bool:

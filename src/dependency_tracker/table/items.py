@@ -213,6 +213,10 @@ class DependencyRow(TableItem):
     resolved_at: datetime | None = None
     notified_at: datetime | None = None
     notify_outcome: str | None = None
+    # Set once when Step Functions refused to take the answer (the code, e.g.
+    # AccessDeniedException: the parent's state machine is not one the stack may answer).
+    notify_refused: str | None = None
+    notify_refused_at: datetime | None = None
     expiration_time: int | None = None
 
     @property

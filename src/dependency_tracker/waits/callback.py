@@ -10,6 +10,14 @@ to retry: the stream's event source mapping retries a failed record only a few
 times and then discards it. A row whose record was discarded anyway stays
 terminal and un-notified; the sweeper (:mod:`dependency_tracker.sweeper.flow`)
 finds it and sends it through this same flow.
+
+A send Step Functions refuses with ``AccessDeniedException`` (the callback role
+may not answer the parent's state machine: it is not in the stack's
+``ExtraParentStateMachineArns``) is not retried: no retry fixes it until the
+grant is fixed. It is logged at ERROR with the fix, counted
+(``CallbackRefused``) and recorded on the row, once (``notify_refused``); the row
+stays un-notified, so the sweeper sends it again and, once the grant is fixed,
+the parent gets its answer.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import ClientError
 
+from dependency_tracker.core import naming
 from dependency_tracker.core.backoff import Backoff, error_code, is_transient
 from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.errors import CallbackDeliveryError
@@ -33,7 +42,11 @@ from dependency_tracker.core.observability import (
     redact_token,
     set_correlation_id,
 )
-from dependency_tracker.core.tokens import PARENT_GONE_CODES
+from dependency_tracker.core.tokens import (
+    PARENT_GONE_CODES,
+    PARENT_GRANT_PARAMETER,
+    SEND_REFUSED_CODES,
+)
 from dependency_tracker.joins.outputs import MAX_JOIN_OUTPUT_BYTES
 from dependency_tracker.joins.summary import invalid_join_cause, read_summary
 from dependency_tracker.table.items import MembershipItem, Resolution, WaiterItem
@@ -59,6 +72,9 @@ if TYPE_CHECKING:
 
 # The parent finished, timed out or was already resumed: nobody to tell.
 
+# How a refused send is passed to the row's record (REFUSED:<code>); never a notify_outcome.
+REFUSED_OUTCOME = "REFUSED:"
+
 
 @unique
 class CallbackAction(StrEnum):
@@ -69,6 +85,7 @@ class CallbackAction(StrEnum):
     ALREADY_NOTIFIED = "already_notified"
     NOT_READY = "not_ready"
     RECORDED = "recorded"  # a join member's outcome was added to its join
+    REFUSED = "refused"  # Step Functions refused the send (the grant): left for the sweeper
 
     @property
     def metric_name(self) -> str:
@@ -117,7 +134,9 @@ class CallbackFlow:
         Raises:
             CallbackDeliveryError: Step Functions refused for a reason that a
                 retry may fix (throttling, 5xx) and the retries here ran out;
-                the stream record is retried.
+                the stream record is retried. A refusal no retry fixes
+                (:data:`SEND_REFUSED_CODES`) is recorded on the row instead
+                (:attr:`CallbackAction.REFUSED`).
         """
         set_correlation_id(image.payload_id)
         if isinstance(image, MembershipItem):
@@ -152,6 +171,9 @@ class CallbackFlow:
         if not isinstance(current, WaiterItem):
             return CallbackAction.ALREADY_NOTIFIED
         action, outcome = self._send_waiter(current, resolution, deadline)
+        if action is CallbackAction.REFUSED:
+            self._record_refusal(current, outcome)
+            return action
         self.dependencies.mark_notified(
             current.payload_id,
             current.waiter_id,
@@ -179,6 +201,10 @@ class CallbackFlow:
             for token in pending:
                 assert answer is not None  # noqa: S101  (built just above)
                 sent, told = self._send_join(token, join.workflow_state, answer, deadline)
+                if sent is CallbackAction.REFUSED:
+                    # Every token is the same parent's: the others would be refused too.
+                    self._record_refusal(join, told)
+                    return sent
                 outcome = max((outcome, told), key=_told) if outcome else told
                 if token == pending[-1]:
                     last = (token, told)  # recorded with the final mark: one write
@@ -200,6 +226,33 @@ class CallbackFlow:
                 return action
             join = current
         return action
+
+    def _record_refusal(self, row: WaiterItem | JoinItem, outcome: str) -> None:
+        """Log, and record on the row once, that Step Functions refused the row's answer.
+
+        The row's write is a stream record the callback's filter passes: its delivery
+        is refused again and writes nothing (the condition), so no loop follows.
+        """
+        code = outcome.removeprefix(REFUSED_OUTCOME)
+        execution = row.parent_execution
+        machine = None if execution is None else naming.state_machine_of(execution)
+        extra = {
+            "code": code,
+            "parent_execution": execution,
+            "parent_state_machine": machine,
+            "join_id": row.join_id if isinstance(row, JoinItem) else None,
+        }
+        first = self.dependencies.mark_refused(row.payload_id, row.waiter_id, code=code)
+        if not first:
+            logger.warning("parent still may not be answered (refused before)", extra=extra)
+            return
+        logger.error(
+            f"Step Functions refused to take the answer of parent {execution or '(unknown)'} "
+            f"({code}): the tracker may not answer state machine {machine or '(unknown)'}; "
+            f"add the parent's state machine ARN to the stack's {PARENT_GRANT_PARAMETER} parameter "
+            "(the sweeper sends the answer again once the grant allows it)",
+            extra=extra,
+        )
 
     def _record_membership(self, image: MembershipItem) -> CallbackAction:
         if image.resolution is None:
@@ -338,6 +391,8 @@ class CallbackFlow:
             if code in PARENT_GONE_CODES:
                 logger.info("parent no longer waits", extra={"code": code})
                 return CallbackAction.PARENT_GONE, f"PARENT_GONE:{code}"
+            if code in SEND_REFUSED_CODES:
+                return CallbackAction.REFUSED, f"{REFUSED_OUTCOME}{code}"
             if is_transient(exc):
                 # Retried here as long as allowed: the stream retries the record next,
                 # then discards it, and the sweeper sends what it left behind.

@@ -47,6 +47,9 @@ _DENIED: dict[str, tuple[str, int]] = {
 }
 _DEFAULT_DENIED = ("AccessDeniedException", 400)  # DynamoDB, Step Functions, EventBridge, SSM
 _MISSING_KEY_CODES = {"NoSuchKey", "404"}
+# A parent's answer: refused when the parent's state machine is not one the stack may answer.
+_PARENT_ANSWERS = {"states:SendTaskSuccess", "states:SendTaskFailure"}
+GRANT_PARAMETER = "ExtraParentStateMachineArns"
 
 
 def wanted() -> bool:
@@ -99,6 +102,8 @@ class IamModel:
     region: str = "us-east-1"
     account: str = "123456789012"
     denials: list[Denial] = field(default_factory=list)
+    # Statements by role ARN after :meth:`update` (a stack update): they replace the roles'.
+    _statements: dict[str, tuple[Statement, ...]] = field(default_factory=dict, repr=False)
     _decisions: dict[tuple[str, Request], Decision] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -118,6 +123,21 @@ class IamModel:
 
     def __post_init__(self) -> None:
         install()
+
+    def update(self, deployed: Deployed) -> None:
+        """Take the statements of ``deployed``'s roles, as a stack update changes their policies.
+
+        The roles keep their ARNs (their names come from the template's logical ids), so the
+        principals already made, the running handlers' included, are judged by the new
+        statements from the next call on.
+        """
+        roles = [
+            *role_reader.function_roles(deployed).values(),
+            *role_reader.state_machine_roles(deployed).values(),
+        ]
+        with self._lock:
+            self._statements = {role.arn: role.statements for role in roles}
+            self._decisions.clear()
 
     # ------------------------------------------------------------------ principals
 
@@ -151,7 +171,8 @@ class IamModel:
         key = (role.arn, request)
         decision = self._decisions.get(key)
         if decision is None:
-            decision = evaluate(role.statements, request, self.resource_policy)
+            statements = self._statements.get(role.arn, role.statements)
+            decision = evaluate(statements, request, self.resource_policy)
             with self._lock:
                 self._decisions[key] = decision
         return decision
@@ -186,12 +207,13 @@ class IamModel:
         with self._lock:
             self.denials.append(denial)
         _log.warning(
-            "IAM denied %s: %s may not %s on %s (%s)",
+            "IAM denied %s: %s may not %s on %s (%s)%s",
             operation,
             principal.caller,
             request.action,
             request.resource,
             decision,
+            _hint(request),
         )
         return denial
 
@@ -203,6 +225,19 @@ class IamModel:
 
         found = _owner(stepfunctions_parser_backends[self.account][self.region], token)
         return None if found is None else str(found[0].state_machine_arn)
+
+
+def _hint(request: Request) -> str:
+    """What a denial of a parent's answer means, and how to allow it locally ("" otherwise)."""
+    if request.action not in _PARENT_ANSWERS:
+        return ""
+    example = json.dumps({GRANT_PARAMETER: request.resource})
+    return (
+        f": the parent's state machine {request.resource} is not one the stack may answer; "
+        f"allow it with the stack's {GRANT_PARAMETER} parameter (locally: "
+        f"{ENV_PARAMETERS}='{example}' in serve's environment, or "
+        f"EmbeddedStack(parameters={{{GRANT_PARAMETER!r}: ...}}))"
+    )
 
 
 # ---------------------------------------------------------------------- the botocore patch

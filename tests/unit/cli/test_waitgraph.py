@@ -169,6 +169,34 @@ def test_stuck_lists_old_parents_with_what_holds_them() -> None:
     assert {d["payload_id"] for d in report["dependencies"]} == {"dep-run", "dep-done"}
 
 
+REFUSED_REASON = (
+    "resolved SUCCEEDED; the tracker may not answer this parent (AccessDeniedException): "
+    "its state machine is not in ExtraParentStateMachineArns"
+)
+
+
+def test_a_parent_whose_answer_was_refused_is_held_by_the_missing_grant() -> None:
+    # GIVEN a resolved waiter whose answer Step Functions refused (the row records it), and a
+    # decided join refused the same way while one of its members still runs
+    refused = {"notify_refused": "AccessDeniedException", "notify_refused_at": NOW}
+    done = waiter("dep", "t1", parent="p", state=PayloadState.SUCCEEDED)
+    row, members = join("j", ["m1", "m2"], quorum=1, execution=PARENT_ARN, succeeded=("m1",))
+    decided = row.model_copy(update={"workflow_state": PayloadState.SUCCEEDED, **refused})
+    graph = WaitGraph.from_rows([done.model_copy(update=refused), decided, *members])
+    # WHEN stuck parents are asked for
+    by_parent = {parent.parent.id: parent for parent in graph.stuck(NOW)}
+    # THEN each says the tracker may not answer it, and why; in JSON too
+    (hold,) = by_parent["payload:p"].holds
+    assert hold.reason == REFUSED_REASON
+    assert hold.to_json()["notify_refused"] == "AccessDeniedException"
+    reasons = {h.dependency.label: h.reason for h in by_parent[f"execution:{PARENT_ARN}"].holds}
+    assert reasons["join j: 1 of 2 needed"] == REFUSED_REASON
+    # AND a row without the record keeps the old reason
+    plain = WaitGraph.from_rows([done]).stuck(NOW)[0].holds[0]
+    assert plain.reason == "resolved SUCCEEDED, parent not notified yet"
+    assert plain.to_json()["notify_refused"] is None
+
+
 def test_renderers_never_show_a_task_token() -> None:
     row, members = join("j", ["m1"], parent="p")
     graph = WaitGraph.from_rows([waiter("d", "t1"), waiter("d", "t2", parent="x"), row, *members])
@@ -195,6 +223,7 @@ def test_json_lists_nodes_with_states_and_edges() -> None:
             "via": data["edges"][0]["via"],
             "error": None,
             "cause": None,
+            "notify_refused": None,
         }
     ]
     assert data["edges"][0]["via"].startswith("sha256:")

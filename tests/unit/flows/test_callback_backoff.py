@@ -233,7 +233,7 @@ def test_throttling_and_server_errors_are_retried_in_place(
     assert len(time.waits) == 2
 
 
-@pytest.mark.parametrize("code", ["AccessDeniedException", "InvalidOutput", "ValidationException"])
+@pytest.mark.parametrize("code", ["InvalidOutput", "ValidationException"])
 def test_other_refusals_fail_the_record_at_once(aws: Aws, probe: SendProbe, code: str) -> None:
     # GIVEN a terminal row and Step Functions refusing its send for a reason waiting won't fix
     waiter = stored_waiter(aws)
