@@ -125,3 +125,12 @@ def test_cirrus_md_names_every_command_that_reads_cirrus_s_state_table() -> None
     named = {span.split()[0] for span in spans if not span.startswith("-")}
     # THEN it names each of them, and no command that does not read it
     assert named == reading
+
+
+def test_the_docs_entry_page_names_every_command() -> None:
+    # GIVEN docs/index.md, the one entry page of the docs
+    text = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    # WHEN the commands it names in code spans are read
+    named = {span.split()[0] for span in re.findall(r"`([^`]+)`", text)}
+    # THEN every registered command is among them
+    assert sorted(registered_commands() - named) == []
