@@ -89,13 +89,18 @@ def serving(folder: Path, *options: str) -> Iterator[Server]:
         outputs = json.loads(outputs_file.read_text())
         yield Server(process, outputs, outputs_file, stdout, stderr)
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        interrupt(process)
+
+
+def interrupt(process: subprocess.Popen[bytes]) -> None:
+    """Ctrl-C a ``serve`` subprocess; kill it if it has not stopped within 30 s."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def write(folder: Path, name: str, document: Any) -> str:

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 
 from dependency_tracker_cli.hints import PROGRAM
 from tests.conftest import wait_until
+from tests.e2e.serving import interrupt
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -76,12 +76,7 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]
             wait_until(lambda: "try:" in stdout.read_text(encoding="utf-8"), timeout=60)
             yield stdout.read_text(encoding="utf-8"), outputs
         finally:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            interrupt(process)
 
 
 def test_serve_s_try_line_publishes_its_example_as_printed(serve: tuple[str, Path]) -> None:
