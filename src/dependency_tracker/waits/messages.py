@@ -20,11 +20,10 @@ from dependency_tracker.payloads.documents import (
     payload_from,
     token_of,
 )
-from dependency_tracker.payloads.kinds import MESSAGE_KINDS, MessageKind, kind_of
+from dependency_tracker.payloads.kinds import MessageKind, kind_of
 from dependency_tracker.payloads.model import ProcessPayload, Utf8Str
 
 __all__ = [
-    "MESSAGE_KINDS",
     "Callback",
     "PayloadLoader",
     "ProcessMessage",
