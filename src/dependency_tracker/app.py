@@ -29,6 +29,9 @@ from dependency_tracker.core.pacing import START_PACING
 from dependency_tracker.core.settings import Settings
 from dependency_tracker.cycles.edges import WaitEdges
 from dependency_tracker.cycles.guard import CycleGuard
+from dependency_tracker.intake.invalid import InvalidMessages
+from dependency_tracker.intake.last_receive import LastReceive
+from dependency_tracker.intake.route import Intake
 from dependency_tracker.joins.counting import JoinCounting
 from dependency_tracker.joins.manifest import ManifestReader
 from dependency_tracker.joins.registration import JoinRegistration
@@ -269,18 +272,29 @@ class App:
         )
 
     @property
-    def process(self) -> ProcessFlow:
-        """The process function's flow."""
+    def process(self) -> Intake:
+        """The process function's flow: each message parsed once and routed by its kind."""
+        return self._part("process", self._intake)
+
+    def _intake(self) -> Intake:
+        invalid = InvalidMessages(
+            settings=self.settings, states=self.states, dependencies=self.dependencies
+        )
+        return Intake(
+            waits=self.waits,
+            joins=self.registration,
+            bucket=self.bucket,
+            invalid=invalid,
+            last_receive=LastReceive(invalid=invalid, joins=self.joins),
+        )
+
+    @property
+    def waits(self) -> ProcessFlow:
+        """The flow of payload and wait messages (the process function routes them to it)."""
         return self._part(
-            "process",
+            "waits",
             lambda: ProcessFlow(
-                settings=self.settings,
-                states=self.states,
-                dependencies=self.dependencies,
-                bucket=self.bucket,
-                runner=self.runner,
-                cycles=self.cycles,
-                joins=self.registration,
+                dependencies=self.dependencies, runner=self.runner, cycles=self.cycles
             ),
         )
 

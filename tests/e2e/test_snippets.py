@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from typer.testing import CliRunner
 
-from dependency_tracker.waits.messages import read_message
+from dependency_tracker.intake.parse import read_message
 from dependency_tracker_cli.__main__ import app
 from tests.conftest import wait_until
 from tests.e2e.conftest import dependency

@@ -13,7 +13,7 @@ import pytest
 
 from dependency_tracker import asl
 from dependency_tracker.core.enums import DependencyError
-from dependency_tracker.waits.messages import read_message
+from dependency_tracker.intake.parse import read_message
 from dependency_tracker_local import definitions
 
 ROOT = Path(__file__).resolve().parents[2]

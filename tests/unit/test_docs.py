@@ -27,9 +27,10 @@ import pytest
 from typer.testing import CliRunner
 
 from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.intake.parse import read_message
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker.payloads.results import result_items
-from dependency_tracker.waits.messages import ProcessMessage, read_message
+from dependency_tracker.waits.messages import ProcessMessage
 from dependency_tracker.waits.outputs import CallbackSuccess
 from dependency_tracker_cli.__main__ import app
 from dependency_tracker_cli.commands.demo import demo

@@ -23,6 +23,7 @@ LAYERS = [
     "joins",
     "waits",
     "cirrus",
+    "intake",
     "sweeper",
     "app",
     "handlers",

@@ -18,6 +18,8 @@ from typing import Any, Self
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.core.envelopes import open_body
+from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.core.limits import DDB_MAX_PARTITION_KEY_BYTES, DDB_MAX_SORT_KEY_BYTES
 
 # cirrus's own rule (cirrus/lib/utils.py PAYLOAD_ID_REGEX): it refuses any other id.
@@ -219,10 +221,7 @@ class WorkflowEvent(BaseModel):
             ValueError: The body is not a workflow event.
         """
         try:
-            document = json.loads(body)
-            if isinstance(document, dict) and document.get("Type") == "Notification":
-                document = json.loads(str(document.get("Message", "")))
-            return cls.model_validate(document)
-        except (json.JSONDecodeError, ValidationError) as exc:
+            return cls.model_validate(open_body(body, "cirrus workflow event"))
+        except (InvalidMessageError, ValidationError) as exc:
             msg = f"not a cirrus workflow event: {exc}"
             raise ValueError(msg) from exc

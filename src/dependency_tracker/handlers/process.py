@@ -1,4 +1,4 @@
-"""``process`` Lambda: SQS process queue → :class:`ProcessFlow`, with partial batch failures."""
+"""``process`` Lambda: SQS process queue → the router (intake/route.py), partial batch failures."""
 
 from __future__ import annotations
 
@@ -31,13 +31,13 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from dependency_tracker.waits.messages import ProcessMessage, WaitMessage
-    from dependency_tracker.waits.process import ProcessFlow
+    from dependency_tracker.intake.parse import Message
+    from dependency_tracker.intake.route import Intake
 
 processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
-def process_flow() -> ProcessFlow:
+def process_flow() -> Intake:
     """The flow of this Lambda environment (:func:`dependency_tracker.app.current`)."""
     return app.current().process
 
@@ -56,7 +56,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
     """
     _check_time_left(lambda_context)
     flow = process_flow()
-    message: ProcessMessage | JoinMessage | JoinChunkMessage | WaitMessage | None = None
+    message: Message | None = None
     message_id = _origin_id(record)
     with log_context(message_id=message_id), deadline_scope(deadline_of(lambda_context)):
         try:
@@ -67,7 +67,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
                 else message.payload_id
             )
             if isinstance(message, JoinMessage) and _hands_off(record):
-                flow.hand_off_join(record.body, message_id)
+                flow.hand_off(record.body, message_id)
                 return
             flow.handle(message)
         except StartDeferredError as exc:
@@ -78,7 +78,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
             raise
         except InvalidMessageError as exc:
             if not exc.retryable:
-                flow.record_invalid(exc, body=record.body, message_id=record.message_id)
+                flow.invalid.record(exc, body=record.body, message_id=record.message_id)
                 return
             logger.error("message cannot be read yet", extra={"reason": exc.reason})
             metrics.add_metric(name="UnreadableMessages", unit=MetricUnit.Count, value=1)
@@ -148,7 +148,7 @@ def _last_receive(record: SQSRecord) -> int | None:
 
 def _answer_if_last(
     record: SQSRecord,
-    message: ProcessMessage | JoinMessage | JoinChunkMessage | WaitMessage | None,
+    message: Message | None,
     reason: str,
     *,
     task_token: str | None = None,
@@ -158,7 +158,7 @@ def _answer_if_last(
     if count is None:
         return
     try:
-        process_flow().answer_last_receive(
+        process_flow().last_receive.answer(
             body=record.body,
             message_id=record.message_id,
             message=message,

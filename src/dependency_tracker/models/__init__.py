@@ -13,6 +13,8 @@ from dependency_tracker.core.enums import (
     PayloadState,
     utcnow,
 )
+from dependency_tracker.core.envelopes import PayloadLoader
+from dependency_tracker.intake.parse import read_message
 from dependency_tracker.joins.messages import (
     JOIN_ID_PATTERN,
     JoinChunkMessage,
@@ -20,7 +22,6 @@ from dependency_tracker.joins.messages import (
     JoinSpec,
 )
 from dependency_tracker.joins.outputs import FailedMember, JoinSummary, MemberOutcome
-from dependency_tracker.payloads.documents import PayloadLoader
 from dependency_tracker.payloads.events import InputDetails, StatusChange, StatusReport
 from dependency_tracker.payloads.model import (
     RESERVED_ID_PREFIXES,
@@ -64,7 +65,7 @@ from dependency_tracker.table.join_items import (
     shard_of,
 )
 from dependency_tracker.table.rows import Row, is_bookkeeping_item, row_from_item, row_from_plain
-from dependency_tracker.waits.messages import Callback, ProcessMessage, WaitMessage, read_message
+from dependency_tracker.waits.messages import Callback, ProcessMessage, WaitMessage
 from dependency_tracker.waits.outputs import CallbackFailure, CallbackSuccess
 
 __all__ = [

@@ -1,45 +1,36 @@
-"""Reading process-queue documents: JSON, SNS envelopes, ``{"url"}`` pointers, payloads.
+"""Reading process-queue documents once out of their envelopes: payloads, tokens, ids.
 
-One loading rule for every message kind (waits, joins, join members), and one way to
-describe what was wrong with a document: the parent hears the same words whatever sent it.
+Envelopes (JSON, SNS, ``{"url"}`` pointers) are opened in :mod:`dependency_tracker.core.envelopes`
+and handed on from here under their old names. One way to describe what was wrong with a
+document: the parent hears the same words whatever sent it.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
 
+from dependency_tracker.core.envelopes import (
+    PayloadLoader,
+    dereference,
+    is_reference,
+)
 from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.payloads.model import ProcessPayload, printable, utf8_problem
 
-PayloadLoader = Callable[[str], str]
-"""Reads the text behind an ``s3://bucket/key`` url."""
-
-
-def dereference(
-    document: dict[str, Any], load_url: PayloadLoader | None, token: str | None
-) -> dict[str, Any]:
-    """Replace a ``{"url": "s3://..."}`` pointer with the object it points at."""
-    if "url" not in document or "process" in document:
-        return document
-    envelope = {key: value for key, value in document.items() if key != "url"}
-    url = document["url"]
-    if load_url is None:
-        raise InvalidMessageError("payload urls are not supported here", task_token=token)
-    if not isinstance(url, str) or not url.startswith("s3://"):
-        raise InvalidMessageError(f"url must be an s3:// url, got {url!r}", task_token=token)
-    try:
-        fetched = unwrap(load_json(load_url(url), f"object at {url}"))
-    except InvalidMessageError as exc:
-        # Keep the parent's token so it hears about the bad pointer.
-        exc.task_token = exc.task_token or token
-        raise
-    if not isinstance(fetched, dict):
-        raise InvalidMessageError(f"object at {url} is not a JSON object", task_token=token)
-    return {**fetched, **envelope}
+__all__ = [
+    "PayloadLoader",
+    "dereference",
+    "describe",
+    "id_of",
+    "is_reference",
+    "join_token_of",
+    "lift_payload",
+    "payload_from",
+    "token_of",
+    "usable",
+]
 
 
 def payload_from(fields: dict[str, Any], where: str, token: str | None) -> ProcessPayload:
@@ -52,25 +43,14 @@ def payload_from(fields: dict[str, Any], where: str, token: str | None) -> Proce
         ) from exc
 
 
-def load_json(text: str, what: str) -> Any:
-    """``text`` as JSON; an error names ``what`` it was."""
-    try:
-        return json.loads(text)
-    except (json.JSONDecodeError, TypeError) as exc:
-        raise InvalidMessageError(f"{what} is not valid JSON: {exc}") from exc
-    except RecursionError as exc:
-        # Nested deeper than the parser goes (about 1,000 levels): never readable.
-        raise InvalidMessageError(f"{what} nests too deeply to be read as JSON") from exc
+def lift_payload(document: Any) -> Any:
+    """``{"payload": {...}, "callback": {...}}`` read as the payload with the rest beside it.
 
-
-def unwrap(document: Any) -> Any:
-    """Strip an SNS notification envelope (raw delivery off) if there is one."""
-    if (
-        isinstance(document, dict)
-        and document.get("Type") == "Notification"
-        and isinstance(document.get("Message"), str)
-    ):
-        return load_json(document["Message"], "SNS Message")
+    What a state machine's sendMessage task can build around ``$$.Task.Token``.
+    """
+    if isinstance(document, dict) and isinstance(document.get("payload"), dict):
+        envelope = {key: value for key, value in document.items() if key != "payload"}
+        return {**document["payload"], **envelope}
     return document
 
 
@@ -118,8 +98,3 @@ def _json_type(value: Any) -> str:
         return "true" if value else "false"
     names = {str: "a string", int: "an integer", float: "a number", list: "an array"}
     return "null" if value is None else names.get(type(value), "an object")
-
-
-def is_reference(entry: Any) -> bool:
-    """Whether ``entry`` is a ``{"url": ...}`` pointer rather than a payload."""
-    return isinstance(entry, dict) and "url" in entry and "process" not in entry

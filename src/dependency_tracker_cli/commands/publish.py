@@ -20,12 +20,13 @@ from pydantic import ValidationError
 
 from dependency_tracker.core import settings
 from dependency_tracker.core.errors import InvalidMessageError
+from dependency_tracker.intake.parse import read_message
 from dependency_tracker.joins.manifest import manifest_text
 from dependency_tracker.joins.messages import JoinMessage
 from dependency_tracker.payloads.bucket import MAX_PAYLOAD_BYTES
 from dependency_tracker.payloads.documents import PayloadLoader
 from dependency_tracker.payloads.model import ProcessPayload
-from dependency_tracker.waits.messages import ProcessMessage, WaitMessage, read_message
+from dependency_tracker.waits.messages import ProcessMessage, WaitMessage
 from dependency_tracker_cli import io, render
 from dependency_tracker_cli.options import Json, aws_command, fail
 from dependency_tracker_cli.readmodel import CirrusPrefix, CirrusStateTableName, PayloadView

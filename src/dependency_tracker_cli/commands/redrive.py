@@ -9,9 +9,10 @@ import typer
 from rich.table import Table
 
 from dependency_tracker.core.errors import InvalidMessageError
+from dependency_tracker.intake.parse import read_message
 from dependency_tracker.joins.messages import JoinChunkMessage, JoinMessage
 from dependency_tracker.table.prefixes import INVALID_MESSAGE_PREFIX
-from dependency_tracker.waits.messages import ProcessMessage, read_message
+from dependency_tracker.waits.messages import ProcessMessage
 from dependency_tracker_cli import render
 from dependency_tracker_cli.options import Json, aws_command, fail
 from dependency_tracker_cli.target import Target

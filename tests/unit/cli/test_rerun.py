@@ -10,11 +10,12 @@ from typer.testing import CliRunner
 
 from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.core.limits import SQS_DEFAULT_MAX_MESSAGE_BYTES
+from dependency_tracker.intake.parse import read_message
 from dependency_tracker.payloads.bucket import PayloadBucket
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker.table.items import InvalidMessageItem
 from dependency_tracker.table.prefixes import INVALID_MESSAGE_PREFIX
-from dependency_tracker.waits.messages import ProcessMessage, read_message
+from dependency_tracker.waits.messages import ProcessMessage
 from dependency_tracker_cli.__main__ import app
 from tests.conftest import ACCOUNT, PREFIX, REGION, payload, payload_id
 

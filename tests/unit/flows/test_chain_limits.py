@@ -20,6 +20,7 @@ from dependency_tracker.core import naming
 from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.core.errors import ConfigurationError
 from dependency_tracker.core.limits import SQS_DEFAULT_MAX_MESSAGE_BYTES, utf8_size
+from dependency_tracker.intake.parse import read_message
 from dependency_tracker.payloads.bucket import PayloadBucket
 from dependency_tracker.payloads.chaining import (
     CHAINED_PREFIX,
@@ -30,7 +31,7 @@ from dependency_tracker.payloads.events import StatusChange
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker.payloads.update_state import UpdateAction, UpdateStateFlow
 from dependency_tracker.table.items import WaiterItem, waiter_id_for
-from dependency_tracker.waits.messages import ProcessMessage, read_message
+from dependency_tracker.waits.messages import ProcessMessage
 from tests.conftest import ACCOUNT, REGION
 
 if TYPE_CHECKING:

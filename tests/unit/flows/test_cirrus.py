@@ -47,7 +47,7 @@ from tests.interleave import Run, Scheduler, explore
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from dependency_tracker.waits.process import ProcessFlow
+    from dependency_tracker.intake.route import Intake
 
 CIRRUS_TABLE = "cirrus-state"
 CIRRUS_BUCKET = "cirrus-payloads"
@@ -104,7 +104,7 @@ class Cirrus:
             executions_url=f"s3://{CIRRUS_BUCKET}/cirrus/executions",
         )
 
-    def process_flow(self, dynamodb: Any | None = None) -> ProcessFlow:
+    def process_flow(self, dynamodb: Any | None = None) -> Intake:
         client = dynamodb or self.aws.dynamodb
         return App(
             self.aws.settings.model_copy(

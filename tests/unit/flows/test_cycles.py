@@ -15,6 +15,7 @@ from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.tokens import token_hash
 from dependency_tracker.cycles.edges import WaitEdges
 from dependency_tracker.cycles.guard import Cycle, CycleGuard
+from dependency_tracker.intake.parse import read_message
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker.payloads.state_table import StateTable
@@ -24,7 +25,6 @@ from dependency_tracker.table.items import (
     membership_id_for,
     waiter_id_for,
 )
-from dependency_tracker.waits.messages import read_message
 from dependency_tracker.waits.process import ProcessAction
 from tests.conftest import Aws, payload, payload_id
 from tests.interleave import Flow, Run, Scheduler, explore
@@ -32,7 +32,7 @@ from tests.interleave import Flow, Run, Scheduler, explore
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from dependency_tracker.waits.process import ProcessFlow
+    from dependency_tracker.intake.route import Intake
 
 
 def guard(aws: Aws, max_length: int = 10, max_nodes: int = 1_000) -> CycleGuard:
@@ -50,7 +50,7 @@ def running(aws: Aws, *names: str) -> list[str]:
     return ids
 
 
-def flow(aws: Aws) -> ProcessFlow:
+def flow(aws: Aws) -> Intake:
     return aws.app().process
 
 
@@ -457,7 +457,7 @@ def test_a_single_wait_resolved_before_its_refusal_lands_stands(aws: Aws) -> Non
     process = flow(aws)
     message = process.parse(wait_message("a", b, "token-b"), message_id="m-2")
     # ... but A ends (and update-state resolves B's new row) between the check and the refusal
-    real_refuse = process.dependencies.refuse
+    real_refuse = process.waits.dependencies.refuse
 
     def a_ends_first(*args: Any, **kwargs: Any) -> bool:
         row = aws.dependencies.get(a, waiter_id_for("token-b"))
@@ -465,7 +465,7 @@ def test_a_single_wait_resolved_before_its_refusal_lands_stands(aws: Aws) -> Non
         aws.dependencies.resolve(a, row.waiter_id, Resolution(state=PayloadState.SUCCEEDED))
         return real_refuse(*args, **kwargs)
 
-    process.dependencies.refuse = a_ends_first  # type: ignore[method-assign]
+    process.waits.dependencies.refuse = a_ends_first  # type: ignore[method-assign]
     # THEN the wait stands with A's real outcome (it is not counted as refused)
     assert process.handle(message) is not ProcessAction.REFUSED
     row = aws.dependencies.get(a, waiter_id_for("token-b"))

@@ -18,6 +18,7 @@ import pytest
 from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.core.limits import item_size
+from dependency_tracker.intake.parse import read_message
 from dependency_tracker.joins.manifest import manifest_text
 from dependency_tracker.joins.messages import JoinChunkMessage, JoinMessage
 from dependency_tracker.joins.store import JoinStore
@@ -28,7 +29,6 @@ from dependency_tracker.table.items import (
     join_partition_for,
     membership_id_for,
 )
-from dependency_tracker.waits.messages import read_message
 from dependency_tracker.waits.process import ProcessAction
 from tests.conftest import payload, payload_id
 

@@ -33,7 +33,7 @@ from tests.interleave import Run, Scheduler, explore
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from dependency_tracker.waits.process import ProcessFlow
+    from dependency_tracker.intake.route import Intake
 
 STATUS = {
     PayloadState.SUCCEEDED: ("SUCCEEDED", None),
@@ -71,7 +71,7 @@ class Harness:
 
         return gate
 
-    def process_flow(self, label: str) -> ProcessFlow:
+    def process_flow(self, label: str) -> Intake:
         side = self.sides[label]
         return App(
             self.aws.settings,

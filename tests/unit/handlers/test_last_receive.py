@@ -16,8 +16,8 @@ from dependency_tracker.core import settings
 from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.handlers import process as process_handler
 from dependency_tracker.handlers.process import lambda_handler
+from dependency_tracker.intake.invalid import token_to_answer
 from dependency_tracker.table.items import waiter_id_for
-from dependency_tracker.waits.process import _token_in
 from tests.conftest import WORKFLOW_ARN_PREFIX, fresh_app, payload
 from tests.unit.handlers.conftest import sqs_event
 
@@ -237,5 +237,5 @@ def test_a_token_with_no_utf8_form_is_not_read_from_a_broken_body() -> None:
     for holder in ("callback", "join"):
         body = json.dumps({holder: {"task_token": "tok-\ud800"}})
         # THEN no parent is read from it; a sound token still is
-        assert _token_in(body)[0] is None
-        assert _token_in(json.dumps({holder: {"task_token": "tok-1"}}))[0] == "tok-1"
+        assert token_to_answer(body)[0] is None
+        assert token_to_answer(json.dumps({holder: {"task_token": "tok-1"}}))[0] == "tok-1"

@@ -10,6 +10,7 @@ import pytest
 from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.core.tokens import token_hash
+from dependency_tracker.intake.parse import read_message
 from dependency_tracker.joins.messages import JoinMessage, read_members
 from dependency_tracker.joins.outputs import JoinSummary, MemberOutcome
 from dependency_tracker.table.join_items import (
@@ -22,7 +23,7 @@ from dependency_tracker.table.join_items import (
 )
 from dependency_tracker.table.keys import partition_key
 from dependency_tracker.table.rows import is_bookkeeping_item, row_from_plain
-from dependency_tracker.waits.messages import ProcessMessage, read_message
+from dependency_tracker.waits.messages import ProcessMessage
 from tests.conftest import payload, payload_id
 
 NOW = datetime(2026, 11, 1, tzinfo=UTC)

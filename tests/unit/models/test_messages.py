@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dependency_tracker.core.errors import InvalidMessageError
+from dependency_tracker.intake.parse import read_message
 from dependency_tracker.payloads.model import MAX_PAYLOAD_DEPTH
-from dependency_tracker.waits.messages import ProcessMessage, WaitMessage, read_message
+from dependency_tracker.waits.messages import ProcessMessage, WaitMessage
 from tests.conftest import load_event, payload, payload_id
 
 if TYPE_CHECKING:

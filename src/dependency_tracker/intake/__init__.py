@@ -1,0 +1,1 @@
+"""The process queue's intake: each message parsed once, routed to the flow that owns its kind."""
