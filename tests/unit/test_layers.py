@@ -20,8 +20,10 @@ LAYERS = [
     "table",
     "payloads",
     "cycles",
-    "joins",
+    "answers",
+    "joins",  # waits and joins are peers: neither imports the other (below)
     "waits",
+    "callbacks",
     "cirrus",
     "sweeper",
     "app",
@@ -80,6 +82,37 @@ def test_the_runtime_imports_point_down() -> None:
             elif LAYERS.index(theirs) > LAYERS.index(mine):
                 upward.append(f"{module} -> {target}")
     assert upward == []
+
+
+# The waits and the joins stand on their own: what both need (answering a token, cycles,
+# starting a payload) is below them, and what hands work to both (the callback flow) above.
+PEERS = {"waits", "joins"}
+# Modules of a peer not yet moved off the other (issue 34): the process flow and its message
+# parser still know joins until the PROCESS queue's router lands. Shrinks to empty; never grows.
+NOT_YET_PEERS = {"dependency_tracker.waits.process", "dependency_tracker.waits.messages"}
+
+
+def test_the_waits_and_the_joins_import_nothing_of_each_other() -> None:
+    crossing: list[str] = []
+    for module, targets in graph().items():
+        mine = folder(module)
+        if mine not in PEERS or module in NOT_YET_PEERS:
+            continue
+        crossing.extend(
+            f"{module} -> {target}" for target in targets if folder(target) in PEERS - {mine}
+        )
+    assert crossing == []
+
+
+def test_only_modules_that_still_cross_are_excused() -> None:
+    # An excused module that no longer crosses is struck off, so the excuse cannot outlive it.
+    edges = graph()
+    still = {
+        module
+        for module in NOT_YET_PEERS
+        if any(folder(target) in PEERS - {folder(module)} for target in edges[module])
+    }
+    assert still == NOT_YET_PEERS
 
 
 def test_no_module_imports_itself_back() -> None:
