@@ -56,11 +56,19 @@ class Answerable(Protocol):
     """A row that holds a parent's token: a waiter or a join."""
 
     @property
-    def payload_id(self) -> str: ...  # noqa: D102
+    def payload_id(self) -> str:
+        """The row's partition key (a join's is its join partition)."""
+        ...
+
     @property
-    def waiter_id(self) -> str: ...  # noqa: D102
+    def waiter_id(self) -> str:
+        """The row's sort key."""
+        ...
+
     @property
-    def parent_execution(self) -> str | None: ...  # noqa: D102
+    def parent_execution(self) -> str | None:
+        """The parent's execution ARN, when its message named it."""
+        ...
 
 
 class ParentAnswers:
