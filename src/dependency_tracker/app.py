@@ -22,6 +22,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from dependency_tracker.answers.parent import ParentAnswers
+from dependency_tracker.callbacks.flow import CallbackFlow
 from dependency_tracker.cirrus.flow import CirrusEvents, CirrusRuns
 from dependency_tracker.cirrus.store import CirrusQueue, CirrusStateTable
 from dependency_tracker.core.clients import client
@@ -34,6 +36,7 @@ from dependency_tracker.intake.last_receive import LastReceive
 from dependency_tracker.intake.route import Intake
 from dependency_tracker.joins.counting import JoinCounting
 from dependency_tracker.joins.manifest import ManifestReader
+from dependency_tracker.joins.notify import JoinNotifier
 from dependency_tracker.joins.registration import JoinRegistration
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.payloads.bucket import PayloadBucket
@@ -44,7 +47,7 @@ from dependency_tracker.payloads.update_state import UpdateStateFlow
 from dependency_tracker.sweeper.flow import SweeperFlow
 from dependency_tracker.sweeper.store import CursorStore, SweepStore
 from dependency_tracker.table.dependency_table import DependencyTable
-from dependency_tracker.waits.callback import CallbackFlow
+from dependency_tracker.waits.callback import WaiterNotifier
 from dependency_tracker.waits.process import ProcessFlow
 
 if TYPE_CHECKING:
@@ -309,18 +312,51 @@ class App:
         )
 
     @property
+    def answers(self) -> ParentAnswers:
+        """Answers parents' tokens: for the waiters' callbacks and the joins' alike."""
+        return self._part(
+            "answers",
+            lambda: ParentAnswers(
+                sfn=self.clients.sfn,
+                dependencies=self.dependencies,
+                bucket=self.bucket,
+                backoff=self._backoff,
+            ),
+        )
+
+    @property
+    def waiter_notifier(self) -> WaiterNotifier:
+        """Tells the parents of terminal waiter rows."""
+        return self._part(
+            "waiter_notifier",
+            lambda: WaiterNotifier(
+                answers=self.answers,
+                dependencies=self.dependencies,
+                retention_days=self.settings.waiter_retention_days,
+            ),
+        )
+
+    @property
+    def join_notifier(self) -> JoinNotifier:
+        """Counts members on their joins and tells the parents of decided joins."""
+        return self._part(
+            "join_notifier",
+            lambda: JoinNotifier(
+                answers=self.answers,
+                joins=self.joins,
+                counting=self.counting,
+                dependencies=self.dependencies,
+                retention_days=self.settings.waiter_retention_days,
+            ),
+        )
+
+    @property
     def callback(self) -> CallbackFlow:
-        """The callback function's flow."""
+        """The callback function's flow (and the sweeper's): each row to its notifier."""
         return self._part(
             "callback",
             lambda: CallbackFlow(
-                settings=self.settings,
-                dependencies=self.dependencies,
-                sfn=self.clients.sfn,
-                joins=self.joins,
-                counting=self.counting,
-                bucket=self.bucket,
-                backoff=self._backoff,
+                answers=self.answers, waiters=self.waiter_notifier, joins=self.join_notifier
             ),
         )
 

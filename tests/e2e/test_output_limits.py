@@ -13,9 +13,9 @@ from urllib.parse import urlparse
 
 import pytest
 
+from dependency_tracker.answers.parent import CALLBACK_OUTPUTS_PREFIX
 from dependency_tracker.core.limits import utf8_size
 from dependency_tracker.joins.outputs import MAX_JOIN_OUTPUT_BYTES
-from dependency_tracker.waits.outputs import CALLBACK_OUTPUTS_PREFIX
 from tests.e2e.conftest import dependency, dependency_id, finished
 
 if TYPE_CHECKING:

@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dependency_tracker import app
+from dependency_tracker.answers.actions import CallbackAction
 from dependency_tracker.core import observability
 from dependency_tracker.core.tokens import redact_token
 from dependency_tracker.handlers import callback, process
 from dependency_tracker.intake.invalid import redact_tokens
 from dependency_tracker.payloads.update_state import UpdateAction
 from dependency_tracker.table.items import JOIN_ROW_KEY
-from dependency_tracker.waits.callback import CallbackAction
 from dependency_tracker.waits.process import ProcessAction
 from dependency_tracker_local.context import LocalContext
 from tests.conftest import (

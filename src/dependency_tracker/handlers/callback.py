@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     )
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from dependency_tracker.waits.callback import CallbackFlow
+    from dependency_tracker.callbacks.flow import CallbackFlow
 
 processor = BatchProcessor(
     event_type=EventType.DynamoDBStreams, raise_on_entire_batch_failure=False
@@ -37,7 +37,7 @@ def callback_flow() -> CallbackFlow:
 
 
 def record_handler(record: DynamoDBRecord, lambda_context: LambdaContext | None = None) -> None:
-    """Notify the parent of one waiter row; raising fails only this record.
+    """Hand one row to the callback flow (waiter, join or membership); raising fails only it.
 
     Powertools passes ``lambda_context``: a throttled send is retried here only
     while the invocation has time left (:mod:`~dependency_tracker.handlers.deadline`).

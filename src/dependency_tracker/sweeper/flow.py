@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import BaseModel, Field
 
+from dependency_tracker.answers.actions import CallbackAction
 from dependency_tracker.cirrus.flow import CirrusAction, CirrusEvents
 from dependency_tracker.core import naming
 from dependency_tracker.core.enums import utcnow
@@ -39,12 +40,12 @@ from dependency_tracker.core.errors import CallbackDeliveryError
 from dependency_tracker.core.observability import drop_log_keys, logger, metrics
 from dependency_tracker.payloads.runs import lease_seconds
 from dependency_tracker.sweeper.store import CursorStore, ScanPage, SweepCursor, SweepStore
-from dependency_tracker.waits.callback import CallbackAction, CallbackFlow
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from datetime import datetime
 
+    from dependency_tracker.callbacks.flow import CallbackFlow
     from dependency_tracker.core.settings import Settings
     from dependency_tracker.table.items import PayloadStateItem
     from dependency_tracker.table.rows import Row

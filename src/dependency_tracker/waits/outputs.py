@@ -21,8 +21,6 @@ from dependency_tracker.core.text import fit_json
 # 4 KiB (payloads/results.py) and a long cirrus id (~40 items) takes ~2.5 KiB. A
 # parent that waits on several single waits side by side holds one output each.
 MAX_WAIT_OUTPUT_BYTES = 8 * KIB
-# Key prefix, in the payload bucket, of outputs past their bound.
-CALLBACK_OUTPUTS_PREFIX = "callback-outputs"
 
 
 class CallbackSuccess(BaseModel):

@@ -17,6 +17,7 @@ import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 from botocore.exceptions import ClientError
 
+from dependency_tracker.answers.actions import CallbackAction
 from dependency_tracker.app import App
 from dependency_tracker.core import clients
 from dependency_tracker.core.backoff import Backoff, is_transient
@@ -26,7 +27,6 @@ from dependency_tracker.handlers import callback as callback_handler
 from dependency_tracker.sweeper.flow import SweeperFlow
 from dependency_tracker.sweeper.store import SweepStore
 from dependency_tracker.table.items import WaiterItem
-from dependency_tracker.waits.callback import CallbackAction
 from dependency_tracker_local.context import LocalContext
 from tests.chaos.hot import SendProbe
 from tests.conftest import (

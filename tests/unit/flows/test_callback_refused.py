@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 
+from dependency_tracker.answers.actions import CallbackAction
 from dependency_tracker.core import clients
 from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.core.naming import state_machine_of
-from dependency_tracker.waits.callback import CallbackAction
 from tests.unit.flows.test_join_registration import Harness, join_body
 from tests.unit.flows.test_join_tokens import ITEMS, join_row, sent_by
 from tests.unit.flows.test_sweeper import Parents, store, sweeper, waiter

@@ -409,7 +409,7 @@ def test_a_join_decided_before_its_chunk_is_recorded_still_names_its_members(
     assert join.workflow_state is PayloadState.SUCCEEDED
     # THEN the summary lists them, before and after the redelivery
     for _ in range(2):
-        summary = json.loads(harness.callback.join_output(join))
+        summary = json.loads(harness.callback.joins.join_output(join))
         assert summary["succeeded"] == [payload_id("n0"), payload_id("n1")]
         assert summary["counts"] == {"succeeded": 2, "failed": 0, "pending": 0}
         harness.send(body)

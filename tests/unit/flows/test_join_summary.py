@@ -19,6 +19,7 @@ import pytest
 from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.joins.counting import JoinCounting
 from dependency_tracker.joins.manifest import manifest_text
+from dependency_tracker.joins.notify import JoinNotifier
 from dependency_tracker.joins.store import JoinStore, Registration
 from dependency_tracker.joins.summary import read_summary
 from dependency_tracker.table.items import (
@@ -30,7 +31,6 @@ from dependency_tracker.table.items import (
 )
 from dependency_tracker.table.join_items import ChunkItem, JoinItem
 from dependency_tracker.table.keys import partition_key
-from dependency_tracker.waits.callback import CallbackFlow
 from tests.conftest import payload, payload_id
 from tests.unit.flows.test_join_registration import BUCKET
 from tests.unit.flows.test_join_registration import Harness as RegistrationHarness
@@ -58,10 +58,10 @@ class Harness(RegistrationHarness):
         self.summaries: list[dict[str, Any]] = []
         self.decided: list[JoinItem] = []
         self.deliver = True
-        real_output = CallbackFlow.join_output
+        real_output = JoinNotifier.join_output
         real_decide = JoinStore.decide_join
 
-        def recorded_output(flow: CallbackFlow, join: JoinItem) -> str:
+        def recorded_output(flow: JoinNotifier, join: JoinItem) -> str:
             text = real_output(flow, join)
             self.summaries.append(json.loads(text))
             return text
@@ -73,10 +73,10 @@ class Harness(RegistrationHarness):
                 assert row is not None
                 self.decided.append(row)
                 if self.deliver:
-                    self.callback.join_output(row)
+                    self.callback.joins.join_output(row)
             return decided
 
-        monkeypatch.setattr(CallbackFlow, "join_output", recorded_output)
+        monkeypatch.setattr(JoinNotifier, "join_output", recorded_output)
         monkeypatch.setattr(JoinStore, "decide_join", decide_and_deliver)
 
     def finish(self, join_id: str, item: str, state: PayloadState) -> bool:  # type: ignore[override]
@@ -145,7 +145,7 @@ def test_a_member_ending_while_the_summary_is_read_is_in_its_counts_and_its_list
         return real_members(store, join_id)
 
     monkeypatch.setattr(JoinStore, "members", members_after_another_end)
-    harness.callback.join_output(join)
+    harness.callback.joins.join_output(join)
     # THEN the summary counts what it lists
     (summary,) = harness.summaries
     assert_agrees(summary)

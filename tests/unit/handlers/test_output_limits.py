@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.exceptions import ClientError
 
+from dependency_tracker.answers.actions import CallbackAction
+from dependency_tracker.answers.parent import CALLBACK_OUTPUTS_PREFIX
 from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.limits import SFN_MAX_CAUSE_CHARS, SFN_MAX_PAYLOAD_BYTES, utf8_size
 from dependency_tracker.joins.outputs import MAX_JOIN_OUTPUT_BYTES, JoinSummary, MemberOutcome
@@ -38,9 +40,7 @@ from dependency_tracker.table.join_items import (
     count_partition_for,
     shard_of,
 )
-from dependency_tracker.waits.callback import CallbackAction, CallbackFlow
 from dependency_tracker.waits.outputs import (
-    CALLBACK_OUTPUTS_PREFIX,
     MAX_WAIT_OUTPUT_BYTES,
     CallbackFailure,
     CallbackSuccess,
@@ -48,6 +48,7 @@ from dependency_tracker.waits.outputs import (
 from dependency_tracker_local.strict import strict_limits
 
 if TYPE_CHECKING:
+    from dependency_tracker.callbacks.flow import CallbackFlow
     from tests.conftest import Aws
 
 NOW = datetime.now(UTC)
@@ -481,7 +482,7 @@ def test_the_real_output_limit_holds_at_1400_members(aws: Aws, bucket: PayloadBu
         aws.sfn.send_task_success(taskToken="tok-join", output=full)
     assert refused.value.response["Error"]["Code"] == "ValidationException"
     # WHEN the callback flow builds the join's output
-    output = flow(aws, bucket).join_output(row)
+    output = flow(aws, bucket).joins.join_output(row)
     # THEN it is within the bound, and Step Functions takes it (then refuses the fake token)
     assert utf8_size(output) <= MAX_JOIN_OUTPUT_BYTES
     with strict_limits(), pytest.raises(ClientError) as accepted:

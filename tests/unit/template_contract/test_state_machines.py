@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 
+from dependency_tracker.answers.parent import CALLBACK_OUTPUTS_PREFIX
 from dependency_tracker.core import settings
 from dependency_tracker.joins.member_list import JOIN_MEMBERS_PREFIX
 from dependency_tracker.payloads.chaining import CHAINED_PREFIX
 from dependency_tracker.payloads.results import RESULTS_PREFIX
 from dependency_tracker.payloads.runs import LARGE_INPUT_PREFIX
 from dependency_tracker.payloads.update_state import EXPRESS_OUTPUTS_PREFIX
-from dependency_tracker.waits.outputs import CALLBACK_OUTPUTS_PREFIX
 from dependency_tracker_local import definitions
 from tests.unit.template_contract import iam
 from tests.unit.template_contract.cfn import ACCOUNT, REGION, ROOT, Stack, referenced_ids
