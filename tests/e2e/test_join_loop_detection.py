@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from dependency_tracker.joins.member_list import Position
-    from dependency_tracker.table.join_items import JoinItem
+    from dependency_tracker.joins.rows import JoinItem
 
 MEMBERS = 24
 # The first process invocation Lambda stops in one chain (16 run).

@@ -16,6 +16,7 @@ from dependency_tracker.core.limits import (
     utf8_size,
 )
 from dependency_tracker.joins.messages import JOIN_ID_PATTERN
+from dependency_tracker.joins.rows import ChunkItem, JoinItem
 from dependency_tracker.joins.store import JoinStore, Registration
 from dependency_tracker.table.items import (
     EdgeItem,
@@ -31,7 +32,6 @@ from dependency_tracker.table.items import (
     restore_keys,
     waiter_id_for,
 )
-from dependency_tracker.table.join_items import ChunkItem, JoinItem
 from dependency_tracker.table.keys import HASH_MARK, is_derived, partition_key, sort_key, table_key
 from dependency_tracker.table.rows import row_from_item
 

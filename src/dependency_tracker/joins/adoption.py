@@ -23,11 +23,11 @@ from aws_lambda_powertools.metrics import MetricUnit
 from dependency_tracker.core.enums import DependencyError
 from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.core.observability import logger, metrics
-from dependency_tracker.table.join_items import MAX_JOIN_TOKENS
+from dependency_tracker.joins.rows import MAX_JOIN_TOKENS
 
 if TYPE_CHECKING:
+    from dependency_tracker.joins.rows import JoinItem
     from dependency_tracker.joins.store import JoinStore
-    from dependency_tracker.table.join_items import JoinItem
 
 
 def members_digest(entries: list[Any]) -> str:

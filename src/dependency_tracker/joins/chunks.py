@@ -21,18 +21,18 @@ from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
 from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.core.observability import logger, metrics
 from dependency_tracker.joins.decision import decide_if_settled
+from dependency_tracker.joins.rows import ChunkItem
 from dependency_tracker.joins.store import Registration
 from dependency_tracker.table.items import MembershipItem, Resolution, membership_id_for
-from dependency_tracker.table.join_items import ChunkItem
 
 if TYPE_CHECKING:
     from dependency_tracker.cycles.guard import Cycle, CycleGuard
+    from dependency_tracker.joins.rows import JoinItem
     from dependency_tracker.joins.store import JoinStore
     from dependency_tracker.payloads.model import ProcessPayload
     from dependency_tracker.payloads.runner import PayloadRunner
     from dependency_tracker.payloads.state_table import StateTable
     from dependency_tracker.table.dependency_table import DependencyTable
-    from dependency_tracker.table.join_items import JoinItem
 
 
 class ChunkRegistration:

@@ -29,7 +29,7 @@ from dependency_tracker.table.keys import partition_key, recorded_ids
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from dependency_tracker.table.join_items import JoinItem
+    from dependency_tracker.joins.rows import JoinItem
 
 
 class JoinDecisions:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef
 
     from dependency_tracker.joins.manifest import ManifestReader
-    from dependency_tracker.table.join_items import JoinItem
+    from dependency_tracker.joins.rows import JoinItem
 
 
 # A join message handed from the process queue to the join queue keeps the id SQS gave

@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 
     from dependency_tracker.joins.manifest import ManifestReader
     from dependency_tracker.joins.messages import JoinMessage
+    from dependency_tracker.joins.rows import JoinItem
     from dependency_tracker.payloads.bucket import PayloadBucket
     from dependency_tracker.payloads.model import ProcessPayload
-    from dependency_tracker.table.join_items import JoinItem
 
 # Key prefix, in the payload bucket, of inline member lists too long for one chunk.
 JOIN_MEMBERS_PREFIX = "joins"

@@ -28,8 +28,8 @@ from dependency_tracker.joins.chunks import ChunkRegistration
 from dependency_tracker.joins.fan_out import ChunkFanOut
 from dependency_tracker.joins.manifest import ObjectVersion, changed_cause
 from dependency_tracker.joins.member_list import MemberListReading, Position
+from dependency_tracker.joins.rows import JoinItem
 from dependency_tracker.table.items import JOIN_ROW_KEY, join_partition_for
-from dependency_tracker.table.join_items import JoinItem
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient

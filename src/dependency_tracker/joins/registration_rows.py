@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from dependency_tracker.joins.row_access import RowAccess
-    from dependency_tracker.table.join_items import ChunkItem
+    from dependency_tracker.joins.rows import ChunkItem
 
 
 @unique

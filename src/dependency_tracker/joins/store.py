@@ -15,9 +15,9 @@ from dependency_tracker.joins import count_rows, member_rows, registration_rows,
 from dependency_tracker.joins.decision import JoinDecisions
 from dependency_tracker.joins.registration_rows import Registration
 from dependency_tracker.joins.row_access import DEFAULT_CONCURRENCY, RowAccess
+from dependency_tracker.joins.rows import ChunkItem, JoinItem, chunk_id_for
 from dependency_tracker.table.dynamodb import put_if_absent
 from dependency_tracker.table.items import join_partition_for
-from dependency_tracker.table.join_items import ChunkItem, JoinItem, chunk_id_for
 from dependency_tracker.table.prefixes import JOIN_ROW_KEY
 
 if TYPE_CHECKING:

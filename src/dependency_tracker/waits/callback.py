@@ -48,9 +48,9 @@ from dependency_tracker.core.tokens import (
     SEND_REFUSED_CODES,
 )
 from dependency_tracker.joins.outputs import MAX_JOIN_OUTPUT_BYTES
+from dependency_tracker.joins.rows import MAX_JOIN_TOKENS, JoinItem, typed_row
 from dependency_tracker.joins.summary import invalid_join_cause, read_summary
 from dependency_tracker.table.items import MembershipItem, Resolution, WaiterItem
-from dependency_tracker.table.join_items import MAX_JOIN_TOKENS, JoinItem
 from dependency_tracker.waits.outputs import (
     CALLBACK_OUTPUTS_PREFIX,
     MAX_WAIT_OUTPUT_BYTES,
@@ -65,10 +65,10 @@ if TYPE_CHECKING:
 
     from dependency_tracker.core.settings import Settings
     from dependency_tracker.joins.counting import JoinCounting
+    from dependency_tracker.joins.rows import Row
     from dependency_tracker.joins.store import JoinStore
     from dependency_tracker.payloads.bucket import PayloadBucket
     from dependency_tracker.table.dependency_table import DependencyTable
-    from dependency_tracker.table.rows import Row
 
 # The parent finished, timed out or was already resumed: nobody to tell.
 
@@ -157,7 +157,7 @@ class CallbackFlow:
         current = self.dependencies.get_row(image.payload_id, image.waiter_id)
         if current is None or current.notified_at is not None or current.resolution is None:
             return None
-        return current, current.resolution
+        return typed_row(current), current.resolution
 
     def _notify(self, image: WaiterItem | JoinItem, deadline: float | None) -> CallbackAction:
         if image.resolution is None:

@@ -232,7 +232,7 @@ class ProcessFlow:
 
         An already decided join was answered before: True, nothing more to do.
         """
-        join = self.dependencies.get_join(join_id)
+        join = self.joins.joins.get(join_id)
         if join is None or (token is not None and not join.holds(token)):
             return False
         cause = redact_tokens(cause, join.task_token)

@@ -7,9 +7,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
+from dependency_tracker.joins.rows import JoinItem
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.table.items import MembershipItem, Resolution, membership_id_for
-from dependency_tracker.table.join_items import JoinItem
 from dependency_tracker_cli.target import ConnectionOptions, Target
 from dependency_tracker_cli.ui import joins, links, views
 from dependency_tracker_cli.ui.app import Settings, create_app

@@ -92,7 +92,7 @@ class Harness:
         membership = membership_id_for(join_id)
         self.aws.dependencies.resolve(member, membership, Resolution(state=state))
         row = self.aws.dependencies.get_row(member, membership)
-        assert row is not None
+        assert isinstance(row, MembershipItem)
         self.callback.handle(row)
 
     def row(self, join_id: str) -> Any:
@@ -366,7 +366,7 @@ def test_racing_counts_and_the_last_chunk_decide_the_join_exactly_once(
                 member, membership, Resolution(state=PayloadState.SUCCEEDED)
             )
             row = harness.aws.dependencies.get_row(member, membership)
-            assert row is not None
+            assert isinstance(row, MembershipItem)
             harness.callback.handle(row)
         except BaseException:  # noqa: BLE001 (reported below, with its traceback)
             errors.append(RuntimeError(traceback.format_exc()))

@@ -27,16 +27,16 @@ from dependency_tracker.core.limits import (
     utf8_size,
 )
 from dependency_tracker.core.settings import DEFAULT_CYCLE_DEPTH, Settings
-from dependency_tracker.joins.store import JoinStore
-from dependency_tracker.table.dependency_table import MAX_REFUSAL_CAUSE_CHARS
-from dependency_tracker.table.items import JOIN_ROW_KEY, join_partition_for
-from dependency_tracker.table.join_items import (
+from dependency_tracker.joins.rows import (
     JOIN_COUNT_SHARDS,
     ChunkItem,
     CountShardItem,
     JoinItem,
     count_partition_for,
 )
+from dependency_tracker.joins.store import JoinStore
+from dependency_tracker.table.dependency_table import MAX_REFUSAL_CAUSE_CHARS
+from dependency_tracker.table.items import JOIN_ROW_KEY, join_partition_for
 from dependency_tracker.table.keys import partition_key
 from dependency_tracker_local.strict import strict_limits
 

@@ -19,6 +19,7 @@ import pytest
 from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.joins.counting import JoinCounting
 from dependency_tracker.joins.manifest import manifest_text
+from dependency_tracker.joins.rows import ChunkItem, JoinItem
 from dependency_tracker.joins.store import JoinStore, Registration
 from dependency_tracker.joins.summary import read_summary
 from dependency_tracker.table.items import (
@@ -28,7 +29,6 @@ from dependency_tracker.table.items import (
     join_partition_for,
     membership_id_for,
 )
-from dependency_tracker.table.join_items import ChunkItem, JoinItem
 from dependency_tracker.table.keys import partition_key
 from dependency_tracker.waits.callback import CallbackFlow
 from tests.conftest import payload, payload_id
@@ -85,7 +85,7 @@ class Harness(RegistrationHarness):
         if not self.aws.dependencies.resolve(member, membership, Resolution(state=state)):
             return False
         row = self.aws.dependencies.get_row(member, membership)
-        assert row is not None
+        assert isinstance(row, MembershipItem)
         self.callback.handle(row)
         return True
 
@@ -236,7 +236,7 @@ def test_the_winner_is_named_as_the_lists_name_it(aws: Aws) -> None:
     assert aws.dependencies.resolve(long_id, membership_id_for("w"), won)
     counting = JoinCounting(joins=joins, retention_days=1)
     assert counting.record(rows[0], won)
-    join = aws.dependencies.get_join("w")
+    join = aws.joins.get("w")
     assert join is not None
     assert join.winner == partition_key(long_id) != long_id
     # THEN the summary's winner is the id its succeeded list holds
@@ -306,7 +306,7 @@ def race(harness: Harness, seed: int) -> None:
     # Told once, with a summary whose counts are its lists' lengths, agreeing with the decision.
     (summary,) = harness.summaries
     assert_agrees(summary)
-    join = harness.aws.dependencies.get_join(join_id)
+    join = harness.aws.joins.get(join_id)
     assert join is not None
     if not from_manifest:
         assert summary["total"] == n

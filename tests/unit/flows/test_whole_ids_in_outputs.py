@@ -19,6 +19,7 @@ from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
 from dependency_tracker.core.limits import DDB_MAX_ITEM_BYTES, item_size, utf8_size
 from dependency_tracker.cycles.edges import WaitEdges
 from dependency_tracker.cycles.guard import CycleGuard
+from dependency_tracker.joins.rows import ChunkItem, JoinItem
 from dependency_tracker.joins.store import JoinStore, Registration
 from dependency_tracker.joins.summary import read_summary
 from dependency_tracker.table.dependency_table import DependencyTable
@@ -30,7 +31,6 @@ from dependency_tracker.table.items import (
     membership_id_for,
     waiter_id_for,
 )
-from dependency_tracker.table.join_items import ChunkItem, JoinItem
 from dependency_tracker.table.keys import is_derived, partition_key
 from dependency_tracker.waits.process import ProcessAction
 from tests.conftest import payload, payload_id
@@ -81,7 +81,7 @@ def membership(member: str, chunk: int) -> MembershipItem:
 
 
 def decided_summary(aws: Aws, joins: JoinStore) -> dict[str, Any]:
-    join = aws.dependencies.get_join(JOIN)
+    join = aws.joins.get(JOIN)
     assert join is not None
     return dict(json.loads(read_summary(joins, join).to_json()))
 
@@ -158,7 +158,7 @@ def test_a_join_refused_over_a_cycle_of_long_ids_names_them_whole(aws: Aws, size
     assert joins.decide_join(JOIN, PayloadState.FAILED, error=DependencyError.CYCLE, cycle=cycle)
     # WHEN the parent's summary (the DependencyCycle cause) is read
     summary = decided_summary(aws, joins)
-    stored = aws.dependencies.get_join(JOIN)
+    stored = aws.joins.get(JOIN)
     assert stored is not None
     if size < 5_000:
         # THEN a cycle that fits the row's bound is recorded and sent whole

@@ -18,6 +18,15 @@ from botocore.exceptions import ClientError
 from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.limits import SFN_MAX_CAUSE_CHARS, SFN_MAX_PAYLOAD_BYTES, utf8_size
 from dependency_tracker.joins.outputs import MAX_JOIN_OUTPUT_BYTES, JoinSummary, MemberOutcome
+from dependency_tracker.joins.rows import (
+    JOIN_COUNT_SHARDS,
+    ChunkItem,
+    CountShardItem,
+    JoinCounts,
+    JoinItem,
+    count_partition_for,
+    shard_of,
+)
 from dependency_tracker.joins.store import JoinStore, Registration
 from dependency_tracker.payloads.bucket import PayloadBucket
 from dependency_tracker.table.items import (
@@ -28,15 +37,6 @@ from dependency_tracker.table.items import (
     join_partition_for,
     membership_id_for,
     waiter_id_for,
-)
-from dependency_tracker.table.join_items import (
-    JOIN_COUNT_SHARDS,
-    ChunkItem,
-    CountShardItem,
-    JoinCounts,
-    JoinItem,
-    count_partition_for,
-    shard_of,
 )
 from dependency_tracker.waits.callback import CallbackAction, CallbackFlow
 from dependency_tracker.waits.outputs import (
@@ -358,7 +358,7 @@ def stored_join(
     assert decided is not None
     state, error = decided
     assert joins.decide_join(JOIN_ID, state, error=error, winner=winner)
-    stored = aws.dependencies.get_join(JOIN_ID)
+    stored = aws.joins.get(JOIN_ID)
     assert stored is not None
     return stored
 
