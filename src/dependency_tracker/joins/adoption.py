@@ -48,11 +48,12 @@ def same_wait(existing: JoinItem, row: JoinItem) -> bool:
 
 
 class JoinAdoption:
-    """Adds a retried send's token to its join (a part of ``JoinRegistration``)."""
+    """Adds a retried send's token to its join, or refuses another wait's send."""
 
-    joins: JoinStore
+    def __init__(self, joins: JoinStore) -> None:
+        self.joins = joins
 
-    def _joined(self, existing: JoinItem, row: JoinItem) -> JoinItem:
+    def adopt(self, existing: JoinItem, row: JoinItem) -> JoinItem:
         """The join with ``row``'s token added when it is the same wait.
 
         Raises:

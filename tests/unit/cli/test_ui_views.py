@@ -56,6 +56,7 @@ def test_a_join_shows_its_counted_members_total_and_quorum(aws: Aws) -> None:
     now = utcnow()
     members = [f"m{index}" for index in range(4)]
     store = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    chunk_rows = aws.chunk_rows
     row = JoinItem(
         payload_id="join#j1",
         waiter_id="join",
@@ -80,7 +81,7 @@ def test_a_join_shows_its_counted_members_total_and_quorum(aws: Aws) -> None:
         )
         for m in members
     ]
-    store.register_members(rows)
+    chunk_rows.register_members(rows)
     for member, state in ((rows[0], PayloadState.SUCCEEDED), (rows[1], PayloadState.FAILED)):
         resolution = Resolution(state=state)
         aws.dependencies.resolve(member.payload_id, member.waiter_id, resolution)

@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.limits import SFN_MAX_CAUSE_CHARS, SFN_MAX_PAYLOAD_BYTES, utf8_size
 from dependency_tracker.joins.outputs import MAX_JOIN_OUTPUT_BYTES, JoinSummary, MemberOutcome
+from dependency_tracker.joins.registration_rows import Registration
 from dependency_tracker.joins.rows import (
     JOIN_COUNT_SHARDS,
     ChunkItem,
@@ -27,7 +28,7 @@ from dependency_tracker.joins.rows import (
     count_partition_for,
     shard_of,
 )
-from dependency_tracker.joins.store import JoinStore, Registration
+from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.payloads.bucket import PayloadBucket
 from dependency_tracker.table.items import (
     JOIN_ROW_KEY,
@@ -306,6 +307,7 @@ def stored_join(
     in moto).
     """
     joins = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    chunk_rows = aws.chunk_rows
     header = join_header(members, quorum)
     assert joins.create(header.model_copy(update={"total": None, "registered": 0}))
     size = aws.settings.join_chunk_size
@@ -327,13 +329,13 @@ def stored_join(
         )
 
     for index, chunk in enumerate(chunks):
-        found = joins.register_members([membership(m, index) for m in chunk])
+        found = chunk_rows.register_members([membership(m, index) for m in chunk])
         assert set(found) == {Registration.NEW}
         last = index == len(chunks) - 1
-        assert joins.finish_chunk(
+        assert chunk_rows.finish_chunk(
             ChunkItem.of(JOIN_ID, index, chunk, [], NOW), chunks=len(chunks) if last else None
         )
-    joins.set_total(JOIN_ID, len(members))
+    chunk_rows.set_total(JOIN_ID, len(members))
     if count_each:
         for index, chunk in enumerate(chunks):
             for member in chunk:

@@ -13,8 +13,9 @@ from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
 from dependency_tracker.core.limits import DDB_MAX_PARTITION_KEY_BYTES, utf8_size
 from dependency_tracker.cycles.edges import WaitEdges
 from dependency_tracker.cycles.guard import CycleGuard
+from dependency_tracker.joins.registration_rows import Registration
 from dependency_tracker.joins.rows import ChunkItem, JoinItem
-from dependency_tracker.joins.store import JoinStore, Registration
+from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker.table.dependency_table import (
     MAX_RECORDED_CYCLE_BYTES,
@@ -151,6 +152,7 @@ def test_join_with_a_long_member(aws: Aws, pid: str) -> None:
     with strict_limits():
         now = utcnow()
         joins = JoinStore(aws.dynamodb, DEPENDENCY_TABLE)
+        chunk_rows = aws.chunk_rows
         assert joins.create(
             JoinItem(
                 payload_id=join_partition_for("mosaic"),
@@ -175,13 +177,13 @@ def test_join_with_a_long_member(aws: Aws, pid: str) -> None:
 
         # the first chunk registers both members; a second one names the long one again
         long_row = member(pid, 0)
-        assert joins.register_members([long_row, member("short", 0)]) == [Registration.NEW] * 2
-        assert joins.register_members([long_row]) == [Registration.OWN]  # a redelivery
+        assert chunk_rows.register_members([long_row, member("short", 0)]) == [Registration.NEW] * 2
+        assert chunk_rows.register_members([long_row]) == [Registration.OWN]  # a redelivery
         first = ChunkItem.of("mosaic", 0, [pid, "short"], [], now)
         assert first.members == [partition_key(pid), "short"]
-        assert joins.finish_chunk(first, chunks=None)
-        assert joins.register_members([member(pid, 1)]) == [Registration.DUPLICATE]
-        assert joins.finish_chunk(ChunkItem.of("mosaic", 1, [], [pid], now), chunks=2)
+        assert chunk_rows.finish_chunk(first, chunks=None)
+        assert chunk_rows.register_members([member(pid, 1)]) == [Registration.DUPLICATE]
+        assert chunk_rows.finish_chunk(ChunkItem.of("mosaic", 1, [], [pid], now), chunks=2)
         # the payload's rows show the membership whole, not the join's bookkeeping
         (row,) = list(aws.dependencies.rows(pid))
         assert isinstance(row, MembershipItem)
