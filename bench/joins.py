@@ -55,7 +55,7 @@ from dependency_tracker.core.naming import execution_name
 from dependency_tracker.core.settings import ENV_JOIN_CHUNK_SIZE
 from dependency_tracker.joins.manifest import manifest_text
 from dependency_tracker.joins.row_access import DEFAULT_CONCURRENCY as MEMBERSHIP_PUT_CONCURRENCY
-from dependency_tracker.table.join_items import JOIN_COUNT_SHARDS
+from dependency_tracker.joins.rows import JOIN_COUNT_SHARDS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

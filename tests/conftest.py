@@ -20,6 +20,9 @@ from dependency_tracker import app
 from dependency_tracker.app import App
 from dependency_tracker.core import clients, limits, settings
 from dependency_tracker.core.observability import logger
+from dependency_tracker.joins.registration_rows import ChunkRows
+from dependency_tracker.joins.row_access import RowAccess
+from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.payloads.bucket import PayloadBucket
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker.payloads.state_table import StateTable
@@ -161,6 +164,14 @@ class Aws:
     @property
     def dependencies(self) -> DependencyTable:
         return DependencyTable(self.dynamodb, DEPENDENCY_TABLE)
+
+    @property
+    def joins(self) -> JoinStore:
+        return JoinStore(self.dynamodb, DEPENDENCY_TABLE)
+
+    @property
+    def chunk_rows(self) -> ChunkRows:
+        return ChunkRows(RowAccess(self.dynamodb, DEPENDENCY_TABLE))
 
     @property
     def bucket(self) -> PayloadBucket:

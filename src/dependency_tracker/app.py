@@ -34,10 +34,16 @@ from dependency_tracker.cycles.guard import CycleGuard
 from dependency_tracker.intake.invalid import InvalidMessages
 from dependency_tracker.intake.last_receive import LastReceive
 from dependency_tracker.intake.route import Intake
+from dependency_tracker.joins.adoption import JoinAdoption
+from dependency_tracker.joins.chunks import ChunkRegistrar
 from dependency_tracker.joins.counting import JoinCounting
+from dependency_tracker.joins.fan_out import ChunkFanOut
 from dependency_tracker.joins.manifest import ManifestReader
+from dependency_tracker.joins.member_list import MemberLists
 from dependency_tracker.joins.notify import JoinNotifier
 from dependency_tracker.joins.registration import JoinRegistration
+from dependency_tracker.joins.registration_rows import ChunkRows
+from dependency_tracker.joins.row_access import RowAccess
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.payloads.bucket import PayloadBucket
 from dependency_tracker.payloads.runner import PayloadRunner, TrackerRunner
@@ -256,23 +262,35 @@ class App:
 
     @property
     def registration(self) -> JoinRegistration:
-        """Join creation and chunked member registration."""
+        """Join creation and chunked member registration, built from its parts."""
         settings = self.settings
-        return self._part(
-            "registration",
-            lambda: JoinRegistration(
+        dependencies = self.dependencies
+
+        def build() -> JoinRegistration:
+            chunk_size = settings.join_chunk_size
+            return JoinRegistration(
                 joins=self.joins,
-                dependencies=self.dependencies,
-                states=self.states,
-                bucket=self.bucket,
-                manifests=self.manifests,
-                cycles=self.cycles,
-                runner=self.runner,
-                chunk_size=settings.join_chunk_size,
-                sqs=self.clients.sqs,
-                queue_url=settings.join_queue_url or settings.process_queue_url,
-            ),
-        )
+                lists=MemberLists(
+                    bucket=self.bucket, manifests=self.manifests, chunk_size=chunk_size
+                ),
+                fan_out=ChunkFanOut(
+                    manifests=self.manifests,
+                    chunk_size=chunk_size,
+                    sqs=self.clients.sqs,
+                    queue_url=settings.join_queue_url or settings.process_queue_url,
+                ),
+                adoption=JoinAdoption(self.joins),
+                registrar=ChunkRegistrar(
+                    joins=self.joins,
+                    rows=ChunkRows(RowAccess(dependencies.client, dependencies.table_name)),
+                    dependencies=dependencies,
+                    states=self.states,
+                    cycles=self.cycles,
+                    runner=self.runner,
+                ),
+            )
+
+        return self._part("registration", build)
 
     @property
     def process(self) -> Intake:

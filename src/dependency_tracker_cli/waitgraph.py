@@ -17,8 +17,8 @@ from botocore.exceptions import ClientError
 
 from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.core.tokens import PARENT_GRANT_PARAMETER, redact_token
+from dependency_tracker.joins.rows import JoinItem, typed_row
 from dependency_tracker.table.items import MembershipItem, WaiterItem
-from dependency_tracker.table.join_items import JoinItem
 from dependency_tracker_cli import render
 from dependency_tracker_cli.readmodel import PayloadSource, PayloadView, as_view
 
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
     from datetime import datetime
 
-    from dependency_tracker.table.items import PayloadStateItem
-    from dependency_tracker.table.rows import Row
+    from dependency_tracker.joins.rows import Row
+    from dependency_tracker.table.items import DependencyRow, PayloadStateItem
 
 PAYLOAD, EXECUTION, JOIN, WAITER = "payload", "execution", "join", "waiter"
 
@@ -323,7 +323,7 @@ class WaitGraph:
     # ------------------------------------------------------------------ building
 
     @classmethod
-    def from_rows(cls, rows: Iterable[Row], *, include_done: bool = False) -> WaitGraph:
+    def from_rows(cls, rows: Iterable[DependencyRow], *, include_done: bool = False) -> WaitGraph:
         """The graph of dependency-table rows.
 
         By default only rows that still hold a parent: waiters whose parent was
@@ -332,9 +332,9 @@ class WaitGraph:
         keeps every row.
         """
         graph = cls()
-        rows = list(rows)
-        joins = {row.join_id: row for row in rows if isinstance(row, JoinItem)}
-        for row in rows:
+        kinds = [typed_row(row) for row in rows]
+        joins = {row.join_id: row for row in kinds if isinstance(row, JoinItem)}
+        for row in kinds:
             if isinstance(row, JoinItem):
                 if include_done or row.unanswered():
                     graph._add_join(row)

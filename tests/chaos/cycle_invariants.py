@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.joins.rows import JoinItem
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.table.items import (
     WaiterItem,
@@ -21,7 +22,6 @@ from dependency_tracker.table.items import (
     membership_id_for,
     waiter_id_for,
 )
-from dependency_tracker.table.join_items import JoinItem
 from tests.chaos.workload import CYCLE
 
 if TYPE_CHECKING:

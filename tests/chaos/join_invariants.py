@@ -24,7 +24,7 @@ from tests.chaos.workload import WINS
 
 if TYPE_CHECKING:
     from dependency_tracker.joins.outputs import MemberOutcome
-    from dependency_tracker.table.join_items import JoinItem
+    from dependency_tracker.joins.rows import JoinItem
     from tests.chaos.faults import FakeParents, Sent
     from tests.chaos.message_faults import FirstAttempt, MessageFaults
     from tests.chaos.workload import Parent, Records, Workload

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dependency_tracker.core.settings import ENV_JOIN_CHUNK_SIZE
+from dependency_tracker.joins.fan_out import ChunkFanOut
 from dependency_tracker.joins.manifest import manifest_text
-from dependency_tracker.joins.registration import JoinRegistration
 from dependency_tracker_local import LocalStack
 from tests.conftest import wait_until
 from tests.e2e.conftest import dependency, finished
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from dependency_tracker.joins.member_list import Position
-    from dependency_tracker.table.join_items import JoinItem
+    from dependency_tracker.joins.rows import JoinItem
 
 MEMBERS = 24
 # The first process invocation Lambda stops in one chain (16 run).
@@ -85,13 +85,13 @@ def test_a_chained_registration_is_stopped_at_the_17th_invocation(
 ) -> None:
     # GIVEN the join message's invocation sending only chunk 1, as a chained message (no
     # "chunks"): every chunk then sends the next, the registration of earlier releases
-    def chained(self: JoinRegistration, join: JoinItem, rest: Position) -> list[Position]:
+    def chained(self: ChunkFanOut, join: JoinItem, rest: Position) -> list[Position]:
         return [rest]
 
-    real_send = JoinRegistration._send_chunks
+    real_send = ChunkFanOut.send_chunks
 
     def send(
-        self: JoinRegistration,
+        self: ChunkFanOut,
         join: JoinItem,
         first: int,
         starts: list[Position],
@@ -100,8 +100,8 @@ def test_a_chained_registration_is_stopped_at_the_17th_invocation(
     ) -> None:
         real_send(self, join, first, starts, chunks=None)
 
-    monkeypatch.setattr(JoinRegistration, "_chunk_starts", chained)
-    monkeypatch.setattr(JoinRegistration, "_send_chunks", send)
+    monkeypatch.setattr(ChunkFanOut, "chunk_starts", chained)
+    monkeypatch.setattr(ChunkFanOut, "send_chunks", send)
     model = stack.platform
     assert model is not None
     before = len(model.stopped)

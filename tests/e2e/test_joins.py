@@ -59,7 +59,7 @@ def test_quorum_exits_early_while_a_member_still_runs(stack: LocalStack) -> None
         return joins.read(join_id)[1:] == (3, 0)
 
     wait_until(recorded, timeout=30)
-    row = dependencies.get_join(join_id)
+    row = joins.get(join_id)
     assert row is not None
     assert row.notify_outcome == "SENT:SUCCEEDED"
     membership = dependencies.get_row(dependency_id("jq-slow"), membership_id_for(join_id))

@@ -16,7 +16,9 @@ from dependency_tracker.core.limits import (
     utf8_size,
 )
 from dependency_tracker.joins.messages import JOIN_ID_PATTERN
-from dependency_tracker.joins.store import JoinStore, Registration
+from dependency_tracker.joins.registration_rows import Registration
+from dependency_tracker.joins.rows import ChunkItem, JoinItem
+from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.table.items import (
     EdgeItem,
     MembershipItem,
@@ -31,7 +33,6 @@ from dependency_tracker.table.items import (
     restore_keys,
     waiter_id_for,
 )
-from dependency_tracker.table.join_items import ChunkItem, JoinItem
 from dependency_tracker.table.keys import HASH_MARK, is_derived, partition_key, sort_key, table_key
 from dependency_tracker.table.rows import row_from_item
 
@@ -199,6 +200,7 @@ def test_a_join_with_long_member_ids_round_trips_through_its_store(aws: Aws) -> 
     over_key_limit = "c/workflow-w/" + "é" * 1_100  # 2,213 bytes
     members = [over_name_limit, "short", over_key_limit]
     joins = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    chunk_rows = aws.chunk_rows
     assert joins.create(
         JoinItem(
             payload_id=join_partition_for("j"),
@@ -221,11 +223,11 @@ def test_a_join_with_long_member_ids_round_trips_through_its_store(aws: Aws) -> 
         )
         for member in members
     ]
-    assert joins.register_members(rows) == [Registration.NEW] * 3
+    assert chunk_rows.register_members(rows) == [Registration.NEW] * 3
     chunk = ChunkItem.of("j", 0, members, [], now)
     assert [is_derived(key) for key in chunk.members] == [True, False, True]
     assert all(utf8_size(key) <= DDB_MAX_PARTITION_KEY_BYTES for key in chunk.members)
-    assert joins.finish_chunk(chunk, chunks=1)
+    assert chunk_rows.finish_chunk(chunk, chunks=1)
     failed = Resolution(state=PayloadState.FAILED, error="E")
     assert aws.dependencies.resolve(over_name_limit, membership_id_for("j"), failed)
     assert joins.count(rows[0], failed, retention_days=1)

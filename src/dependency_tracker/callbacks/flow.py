@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from dependency_tracker.answers.parent import ParentAnswers
     from dependency_tracker.core.backoff import Backoff
     from dependency_tracker.joins.notify import JoinNotifier
-    from dependency_tracker.table.rows import Row
+    from dependency_tracker.joins.rows import Row
     from dependency_tracker.waits.callback import WaiterNotifier
 
 

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from dependency_tracker import app
 from dependency_tracker.core.observability import log_context, logger, metrics
 from dependency_tracker.handlers.deadline import deadline_of
-from dependency_tracker.table.rows import row_from_plain
+from dependency_tracker.joins.rows import row_from_plain
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse

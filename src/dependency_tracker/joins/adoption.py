@@ -23,11 +23,11 @@ from aws_lambda_powertools.metrics import MetricUnit
 from dependency_tracker.core.enums import DependencyError
 from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.core.observability import logger, metrics
-from dependency_tracker.table.join_items import MAX_JOIN_TOKENS
+from dependency_tracker.joins.rows import MAX_JOIN_TOKENS
 
 if TYPE_CHECKING:
+    from dependency_tracker.joins.rows import JoinItem
     from dependency_tracker.joins.store import JoinStore
-    from dependency_tracker.table.join_items import JoinItem
 
 
 def members_digest(entries: list[Any]) -> str:
@@ -48,11 +48,12 @@ def same_wait(existing: JoinItem, row: JoinItem) -> bool:
 
 
 class JoinAdoption:
-    """Adds a retried send's token to its join (a part of ``JoinRegistration``)."""
+    """Adds a retried send's token to its join, or refuses another wait's send."""
 
-    joins: JoinStore
+    def __init__(self, joins: JoinStore) -> None:
+        self.joins = joins
 
-    def _joined(self, existing: JoinItem, row: JoinItem) -> JoinItem:
+    def adopt(self, existing: JoinItem, row: JoinItem) -> JoinItem:
         """The join with ``row``'s token added when it is the same wait.
 
         Raises:

@@ -21,30 +21,42 @@ from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
 from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.core.observability import logger, metrics
 from dependency_tracker.joins.decision import decide_if_settled
-from dependency_tracker.joins.store import Registration
+from dependency_tracker.joins.registration_rows import Registration
+from dependency_tracker.joins.rows import ChunkItem
 from dependency_tracker.table.items import MembershipItem, Resolution, membership_id_for
-from dependency_tracker.table.join_items import ChunkItem
 
 if TYPE_CHECKING:
     from dependency_tracker.cycles.guard import Cycle, CycleGuard
+    from dependency_tracker.joins.registration_rows import ChunkRows
+    from dependency_tracker.joins.rows import JoinItem
     from dependency_tracker.joins.store import JoinStore
     from dependency_tracker.payloads.model import ProcessPayload
     from dependency_tracker.payloads.runner import PayloadRunner
     from dependency_tracker.payloads.state_table import StateTable
     from dependency_tracker.table.dependency_table import DependencyTable
-    from dependency_tracker.table.join_items import JoinItem
 
 
-class ChunkRegistration:
-    """Registers one chunk's members and runs them (a part of ``JoinRegistration``)."""
+class ChunkRegistrar:
+    """Registers one chunk's members and runs them; finishes a begun chunk whose list is gone."""
 
-    joins: JoinStore
-    dependencies: DependencyTable
-    states: StateTable
-    cycles: CycleGuard
-    _runner: PayloadRunner
+    def __init__(
+        self,
+        *,
+        joins: JoinStore,
+        rows: ChunkRows,
+        dependencies: DependencyTable,
+        states: StateTable,
+        cycles: CycleGuard,
+        runner: PayloadRunner,
+    ) -> None:
+        self.joins = joins
+        self.rows = rows
+        self.dependencies = dependencies
+        self.states = states
+        self.cycles = cycles
+        self._runner = runner
 
-    def _stopped(self, join: JoinItem, index: int) -> bool:
+    def stopped(self, join: JoinItem, index: int) -> bool:
         """True when chunk ``index`` has nothing left to do.
 
         A decided join registers no new chunk. A chunk it had begun (listed, maybe
@@ -52,12 +64,12 @@ class ChunkRegistration:
         written is a promise to read its member's state (the ordering rule), or a
         member that had already ended would leave its row waiting for good.
         """
-        chunk = self.joins.chunk(join.join_id, index)
+        chunk = self.rows.chunk(join.join_id, index)
         if chunk is not None and chunk.recorded:
             logger.info("chunk already registered", extra={"chunk": index})
             if join.total is None and join.workflow_state is PayloadState.PROCESSING:
                 # Its delivery may have died between recording it and checking the decision.
-                self._check_decision(join.join_id)
+                self.check_decision(join.join_id)
             return True
         if join.workflow_state is not PayloadState.PROCESSING and chunk is None:
             logger.info("join already decided: chunk not registered", extra={"chunk": index})
@@ -65,7 +77,7 @@ class ChunkRegistration:
             return True
         return False
 
-    def _register(
+    def register(
         self,
         join: JoinItem,
         index: int,
@@ -104,7 +116,7 @@ class ChunkRegistration:
         now = utcnow()
         # Listed before any member is registered: a decision its members bring about
         # before the chunk is finished still names them in the summary.
-        self.joins.start_chunk(ChunkItem.of(join.join_id, index, list(distinct), [], now))
+        self.rows.start_chunk(ChunkItem.of(join.join_id, index, list(distinct), [], now))
         rows = [
             MembershipItem(
                 payload_id=member,
@@ -116,7 +128,7 @@ class ChunkRegistration:
             )
             for member in distinct
         ]
-        found = self.joins.register_members(rows)
+        found = self.rows.register_members(rows)
         own = [
             m for m, how in zip(distinct, found, strict=True) if how is not Registration.DUPLICATE
         ]
@@ -136,7 +148,7 @@ class ChunkRegistration:
                 distinct[member], membership_id, message_id=message_id, seen=seen.get(member)
             ).value
             actions[action] = actions.get(action, 0) + 1
-        recorded = self.joins.finish_chunk(
+        recorded = self.rows.finish_chunk(
             ChunkItem.of(join.join_id, index, own, repeated, now),
             chunks=index + 1 if last else None,
         )
@@ -149,16 +161,16 @@ class ChunkRegistration:
             # n is known once every chunk is recorded, by whichever is recorded last: each
             # reads the join row after its own transaction (the ordering rule). With n known
             # from the start, the counts decide alone.
-            self._check_decision(join.join_id)
+            self.check_decision(join.join_id)
         return True
 
-    def _check_decision(self, join_id: str) -> None:
+    def check_decision(self, join_id: str) -> None:
         """After a chunk: write ``n`` once known, and decide a join ``n`` settles."""
         join, succeeded, failed = self.joins.read(join_id)
         if join is None or join.known_total is None:
             return
         if join.total is None:
-            self.joins.set_total(join_id, join.known_total)
+            self.rows.set_total(join_id, join.known_total)
         decide_if_settled(
             self.joins,
             join,
@@ -168,7 +180,7 @@ class ChunkRegistration:
             may_succeed=join.quorum is None,
         )
 
-    def _finish_begun(self, join: JoinItem, index: int) -> None:
+    def finish_begun(self, join: JoinItem, index: int) -> None:
         """Keep a begun chunk's promise when its list can no longer be read.
 
         Its membership rows are written (a delivery died after writing them) but
@@ -177,10 +189,10 @@ class ChunkRegistration:
         so none is left waiting on a payload that has ended. Members still
         running are resolved by update-state, as any waiter.
         """
-        chunk = self.joins.chunk(join.join_id, index)
+        chunk = self.rows.chunk(join.join_id, index)
         if chunk is None or chunk.recorded:
             return
-        rows = [row for row in self.joins.chunk_rows(chunk) if not row.workflow_state.is_terminal]
+        rows = [row for row in self.rows.chunk_rows(chunk) if not row.workflow_state.is_terminal]
         seen = self.states.batch_get([row.payload_id for row in rows])
         for row in rows:
             state = seen.get(row.payload_id)

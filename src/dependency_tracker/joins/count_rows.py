@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING
 
 from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.joins.row_access import bookkeeping_expiry
-from dependency_tracker.table.dynamodb import values
-from dependency_tracker.table.items import join_partition_for, key_attributes
-from dependency_tracker.table.join_items import (
+from dependency_tracker.joins.rows import (
     JOIN_COUNT_SHARDS,
     CountShardItem,
     JoinItem,
     count_partition_for,
     shard_of,
 )
+from dependency_tracker.table.dynamodb import values
+from dependency_tracker.table.items import join_partition_for, key_attributes
 from dependency_tracker.table.prefixes import COUNT_SHARD_KEY, JOIN_ROW_KEY
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef
 
     from dependency_tracker.joins.manifest import ManifestReader
-    from dependency_tracker.table.join_items import JoinItem
+    from dependency_tracker.joins.rows import JoinItem
 
 
 # A join message handed from the process queue to the join queue keeps the id SQS gave
@@ -38,14 +38,27 @@ ORIGIN_MESSAGE_ID = "DeptrackOriginMessageId"
 
 
 class ChunkFanOut:
-    """Finds every later chunk's start and sends its message (a part of ``JoinRegistration``)."""
+    """Finds every later chunk's start and sends its message to the join queue."""
 
-    _manifests: ManifestReader
-    chunk_size: int
-    _sqs: SQSClient | None
-    _queue_url: str | None
+    def __init__(
+        self,
+        *,
+        manifests: ManifestReader,
+        chunk_size: int,
+        sqs: SQSClient | None,
+        queue_url: str | None,
+    ) -> None:
+        self._manifests = manifests
+        self.chunk_size = chunk_size
+        self._sqs = sqs
+        self._queue_url = queue_url
 
-    def _chunk_starts(self, join: JoinItem, rest: Position) -> list[Position]:
+    @property
+    def available(self) -> bool:
+        """Whether there is a queue to send chunks (and hand joins off) through."""
+        return self._sqs is not None and self._queue_url is not None
+
+    def chunk_starts(self, join: JoinItem, rest: Position) -> list[Position]:
         """Where each chunk after the first starts: one pass over the rest of the list."""
         try:
             offsets = self._manifests.chunk_starts(
@@ -56,7 +69,7 @@ class ChunkFanOut:
             raise
         return [Position(rest.url, offset, rest.version) for offset in offsets]
 
-    def _send_chunks(
+    def send_chunks(
         self, join: JoinItem, first: int, starts: list[Position], *, chunks: int | None
     ) -> None:
         """Send the ``join_chunk`` messages of chunks ``first``, ``first + 1``, ... (10 a call).
@@ -119,7 +132,7 @@ class ChunkFanOut:
         The next delivery finds what this one wrote (membership rows, started members)
         and carries on; nothing is failed and no receive is spent.
         """
-        self._send_chunks(join, index, [start], chunks=chunks)
+        self.send_chunks(join, index, [start], chunks=chunks)
         metrics.add_metric(name="JoinChunksRequeued", unit=MetricUnit.Count, value=1)
 
     @staticmethod

@@ -18,13 +18,11 @@ from dependency_tracker.joins.manifest import ObjectVersion, manifest_text
 from dependency_tracker.joins.messages import read_members
 
 if TYPE_CHECKING:
-    from mypy_boto3_sqs import SQSClient
-
     from dependency_tracker.joins.manifest import ManifestReader
     from dependency_tracker.joins.messages import JoinMessage
+    from dependency_tracker.joins.rows import JoinItem
     from dependency_tracker.payloads.bucket import PayloadBucket
     from dependency_tracker.payloads.model import ProcessPayload
-    from dependency_tracker.table.join_items import JoinItem
 
 # Key prefix, in the payload bucket, of inline member lists too long for one chunk.
 JOIN_MEMBERS_PREFIX = "joins"
@@ -49,27 +47,35 @@ def members_key(join_id: str, task_token: str) -> str:
     return f"{JOIN_MEMBERS_PREFIX}/{digest}/{token_hash(task_token)}/members.jsonl"
 
 
-class MemberListReading:
-    """Reads a join's member list a chunk at a time (a part of ``JoinRegistration``)."""
+class MemberLists:
+    """Reads a join's member list a chunk of ``chunk_size`` entries at a time."""
 
-    _bucket: PayloadBucket
-    _manifests: ManifestReader
-    chunk_size: int
-    _sqs: SQSClient | None
-    _queue_url: str | None
+    def __init__(
+        self, *, bucket: PayloadBucket, manifests: ManifestReader, chunk_size: int
+    ) -> None:
+        self._bucket = bucket
+        self._manifests = manifests
+        self.chunk_size = chunk_size
 
-    def _first_chunk(
-        self, message: JoinMessage
+    @property
+    def writable(self) -> bool:
+        """Whether an inline list can be written to the bucket, for later chunks to read."""
+        return self._bucket.writable
+
+    def first_chunk(
+        self, message: JoinMessage, *, apart: bool
     ) -> tuple[list[ProcessPayload], Position | None, Position | None]:
         """The first chunk's payloads, where the rest is (None: nothing follows), and the list.
 
         The list's position is its url and the version read (a manifest's, or the
         inline list's written copy); None for an inline list read whole.
+        ``apart``: later chunks run in invocations of their own (else this one
+        reads every member of an inline list).
         """
         token = message.join.task_token
         if message.payloads_url is not None:
             try:
-                payloads, rest, version = self._read_at(Position(message.payloads_url, 0), 0, token)
+                payloads, rest, version = self.read_at(Position(message.payloads_url, 0), 0, token)
             except InvalidMessageError as exc:
                 exc.task_token = exc.task_token or token
                 raise
@@ -81,7 +87,7 @@ class MemberListReading:
         )
         if len(entries) <= self.chunk_size:
             return payloads, None, None
-        if not self._continues():
+        if not apart:
             # No bucket or queue to carry on from: this invocation registers them all.
             others = read_members(
                 entries[self.chunk_size :],
@@ -99,13 +105,14 @@ class MemberListReading:
         offset = len(manifest_text(head).encode("utf-8"))
         return payloads, Position(url, offset, version), Position(url, 0, version)
 
-    def _read(
+    def read(
         self, join: JoinItem, index: int, position: Position
     ) -> tuple[list[ProcessPayload], Position | None]:
-        payloads, rest, _ = self._read_at(position, index * self.chunk_size, join.task_token)
+        """Chunk ``index`` of ``join``'s list, from ``position``: its payloads and the rest."""
+        payloads, rest, _ = self.read_at(position, index * self.chunk_size, join.task_token)
         return payloads, rest
 
-    def _read_at(
+    def read_at(
         self, position: Position, first_index: int, token: str | None
     ) -> tuple[list[ProcessPayload], Position | None, ObjectVersion]:
         """One chunk from ``position``: its payloads, the rest, and the version read."""
@@ -121,7 +128,3 @@ class MemberListReading:
         )
         rest = None if piece.end else Position(position.url, piece.next_offset, piece.version)
         return payloads, rest, piece.version
-
-    def _continues(self) -> bool:
-        """Whether later chunks can run apart: a bucket to write the list to, a queue to send."""
-        return self._bucket.writable and self._sqs is not None and self._queue_url is not None

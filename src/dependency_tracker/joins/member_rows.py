@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from dependency_tracker.core.limits import DDB_MAX_BATCH_GET_KEYS
 from dependency_tracker.core.threads import ContextExecutor
 from dependency_tracker.joins.outputs import MemberOutcome
+from dependency_tracker.joins.rows import ChunkItem
 from dependency_tracker.table.dynamodb import values
 from dependency_tracker.table.items import (
     MembershipItem,
@@ -14,7 +15,6 @@ from dependency_tracker.table.items import (
     key_attributes,
     membership_id_for,
 )
-from dependency_tracker.table.join_items import ChunkItem
 from dependency_tracker.table.prefixes import CHUNK_KEY_PREFIX
 
 if TYPE_CHECKING:

@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING
 from dependency_tracker.answers.actions import SENT_OUTCOME, CallbackAction
 from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.joins.outputs import MAX_JOIN_OUTPUT_BYTES
+from dependency_tracker.joins.rows import MAX_JOIN_TOKENS
 from dependency_tracker.joins.summary import invalid_join_cause, read_summary
 from dependency_tracker.table.items import MembershipItem
-from dependency_tracker.table.join_items import MAX_JOIN_TOKENS
 
 if TYPE_CHECKING:
     from dependency_tracker.answers.parent import ParentAnswers
     from dependency_tracker.joins.counting import JoinCounting
+    from dependency_tracker.joins.rows import JoinItem
     from dependency_tracker.joins.store import JoinStore
     from dependency_tracker.table.dependency_table import DependencyTable
-    from dependency_tracker.table.join_items import JoinItem
 
 # What every token of a decided join hears: (error or None, output or cause).
 Answer = tuple[DependencyError | None, str]

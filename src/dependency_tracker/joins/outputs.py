@@ -10,11 +10,11 @@ from pydantic import BaseModel
 from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.core.limits import KIB, utf8_size
 from dependency_tracker.core.text import fit_json
-from dependency_tracker.table.join_items import JoinCounts
+from dependency_tracker.joins.rows import JoinCounts
 from dependency_tracker.table.keys import partition_key
 
 if TYPE_CHECKING:
-    from dependency_tracker.table.join_items import JoinItem
+    from dependency_tracker.joins.rows import JoinItem
 
 # A join's output is at most 32 KiB inline. The same summary is the cause of a
 # QuorumUnreachable failure, whose limit is 32,768 characters (a string of at

@@ -2,12 +2,14 @@
 
 A join message creates the join row and registers its first chunk of at most
 ``join_chunk_size`` members. When more follow, that same invocation sends every
-later chunk's ``join_chunk`` message itself (joins/fan_out.py) before it
-registers the first chunk; each chunk then registers in its own invocation
-(joins/chunks.py), reading its members from the list's position
-(joins/member_list.py). A join already created by another token takes this one
-too only when its own parent sent the same wait again (joins/adoption.py). With
-no bucket or queue to carry on through, one invocation registers every chunk.
+later chunk's ``join_chunk`` message itself (:class:`ChunkFanOut`,
+joins/fan_out.py) before it registers the first chunk; each chunk then
+registers in its own invocation (:class:`ChunkRegistrar`, joins/chunks.py),
+reading its members from the list's position (:class:`MemberLists`,
+joins/member_list.py). A join already created by another token takes this one
+too only when its own parent sent the same wait again (:class:`JoinAdoption`,
+joins/adoption.py). With no bucket or queue to carry on through, one invocation
+registers every chunk. The composition root builds each part and hands it here.
 
 A ``join_chunk`` message without ``chunks`` comes from the older chained
 registration (each chunk sent the next): such a chunk still sends the next, so
@@ -23,55 +25,39 @@ from aws_lambda_powertools.metrics import MetricUnit
 from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
 from dependency_tracker.core.errors import InvalidMessageError, StartDeferredError
 from dependency_tracker.core.observability import log_keys, logger, metrics, redact_token
-from dependency_tracker.joins.adoption import JoinAdoption, members_digest
-from dependency_tracker.joins.chunks import ChunkRegistration
-from dependency_tracker.joins.fan_out import ChunkFanOut
+from dependency_tracker.joins.adoption import members_digest
 from dependency_tracker.joins.manifest import ObjectVersion, changed_cause
-from dependency_tracker.joins.member_list import MemberListReading, Position
+from dependency_tracker.joins.member_list import Position
+from dependency_tracker.joins.rows import JoinItem
 from dependency_tracker.table.items import JOIN_ROW_KEY, join_partition_for
-from dependency_tracker.table.join_items import JoinItem
 
 if TYPE_CHECKING:
-    from mypy_boto3_sqs import SQSClient
-
-    from dependency_tracker.cycles.guard import CycleGuard
-    from dependency_tracker.joins.manifest import ManifestReader
+    from dependency_tracker.joins.adoption import JoinAdoption
+    from dependency_tracker.joins.chunks import ChunkRegistrar
+    from dependency_tracker.joins.fan_out import ChunkFanOut
+    from dependency_tracker.joins.member_list import MemberLists
     from dependency_tracker.joins.messages import JoinChunkMessage, JoinMessage
     from dependency_tracker.joins.store import JoinStore
-    from dependency_tracker.payloads.bucket import PayloadBucket
     from dependency_tracker.payloads.model import ProcessPayload
-    from dependency_tracker.payloads.runner import PayloadRunner
-    from dependency_tracker.payloads.state_table import StateTable
-    from dependency_tracker.table.dependency_table import DependencyTable
 
 
-class JoinRegistration(ChunkRegistration, ChunkFanOut, JoinAdoption, MemberListReading):
-    """Creates joins and registers their members in bounded chunks."""
+class JoinRegistration:
+    """Creates joins and registers their members in bounded chunks, from the parts it is given."""
 
     def __init__(
         self,
         *,
         joins: JoinStore,
-        dependencies: DependencyTable,
-        states: StateTable,
-        bucket: PayloadBucket,
-        manifests: ManifestReader,
-        cycles: CycleGuard,
-        runner: PayloadRunner,
-        chunk_size: int,
-        sqs: SQSClient | None,
-        queue_url: str | None,
+        lists: MemberLists,
+        fan_out: ChunkFanOut,
+        adoption: JoinAdoption,
+        registrar: ChunkRegistrar,
     ) -> None:
         self.joins = joins
-        self.dependencies = dependencies
-        self.states = states
-        self._bucket = bucket
-        self._manifests = manifests
-        self.cycles = cycles
-        self._runner = runner
-        self.chunk_size = chunk_size
-        self._sqs = sqs
-        self._queue_url = queue_url
+        self.lists = lists
+        self.fan_out = fan_out
+        self.adoption = adoption
+        self.registrar = registrar
 
     # ------------------------------------------------------------------ entry
 
@@ -86,7 +72,7 @@ class JoinRegistration(ChunkRegistration, ChunkFanOut, JoinAdoption, MemberListR
         log_keys(join_id=join_id, token_hash=redact_token(token))
         # Reads the manifest (or writes the inline list under this token's own key):
         # nothing here touches what another token's join with this id wrote.
-        payloads, rest, source = self._first_chunk(message)
+        payloads, rest, source = self.lists.first_chunk(message, apart=self._continues())
         now = utcnow()
         row = JoinItem(
             payload_id=join_partition_for(join_id),
@@ -109,7 +95,7 @@ class JoinRegistration(ChunkRegistration, ChunkFanOut, JoinAdoption, MemberListR
             existing = self.joins.get(join_id)
             if existing is not None and not existing.holds(token):
                 # Refused (InvalidJoin to this token) unless it is the same wait, sent again.
-                existing = self._joined(existing, row)
+                existing = self.adoption.adopt(existing, row)
             if (
                 existing is not None
                 and existing.members_digest is None
@@ -117,7 +103,7 @@ class JoinRegistration(ChunkRegistration, ChunkFanOut, JoinAdoption, MemberListR
             ):
                 # A redelivery that read a manifest other than the one the join began with.
                 seen = f"read again as ETag {row.source_etag}"
-                self._finish_begun(existing, 0)
+                self.registrar.finish_begun(existing, 0)
                 self._invalid(existing, changed_cause(existing.source, existing.source_etag, seen))
                 return True
             row = existing or row  # a redelivery: carry on, every step is idempotent
@@ -136,18 +122,18 @@ class JoinRegistration(ChunkRegistration, ChunkFanOut, JoinAdoption, MemberListR
         join = self.joins.get(chunk.join_id)
         if join is None:
             raise InvalidMessageError(f"join_chunk of join {chunk.join_id!r}, which does not exist")
-        if self._stopped(join, chunk.index):
+        if self.registrar.stopped(join, chunk.index):
             return True
         version = ObjectVersion(chunk.etag, chunk.version_id)
         if chunk.etag is None and chunk.version_id is None:
             version = ObjectVersion(join.source_etag, join.source_version)
         start = Position(chunk.payloads_url, chunk.offset, version)
         try:
-            payloads, rest = self._read(join, chunk.index, start)
+            payloads, rest = self.lists.read(join, chunk.index, start)
         except InvalidMessageError as exc:
             if exc.retryable:
                 raise
-            self._finish_begun(join, chunk.index)
+            self.registrar.finish_begun(join, chunk.index)
             self._invalid(join, exc.reason)
             return True
         try:
@@ -186,25 +172,27 @@ class JoinRegistration(ChunkRegistration, ChunkFanOut, JoinAdoption, MemberListR
 
         ``chained``: a chunk of the older chained registration, which sends the next.
         """
-        if not checked and self._stopped(join, index):
+        if not checked and self.registrar.stopped(join, index):
             # A redelivered join refused as a cycle is still a refusal.
             return join.error != DependencyError.CYCLE
         if rest is not None and self._continues():
             if chained:
-                self._send_chunks(join, index + 1, [rest], chunks=None)
-                return self._register(join, index, payloads, last=False, message_id=message_id)
+                self.fan_out.send_chunks(join, index + 1, [rest], chunks=None)
+                return self.registrar.register(
+                    join, index, payloads, last=False, message_id=message_id
+                )
             if index == 0:
                 try:
-                    starts = self._chunk_starts(join, rest)
+                    starts = self.fan_out.chunk_starts(join, rest)
                 except InvalidMessageError as exc:
                     if exc.retryable:
                         raise
                     # A later entry is malformed or the list changed: no member runs.
                     self._invalid(join, exc.reason)
                     return True
-                self._send_chunks(join, 1, starts, chunks=len(starts) + 1)
+                self.fan_out.send_chunks(join, 1, starts, chunks=len(starts) + 1)
             # A fanned-out chunk is last when the list ends with it, whatever order they run in.
-            return self._register(join, index, payloads, last=False, message_id=message_id)
+            return self.registrar.register(join, index, payloads, last=False, message_id=message_id)
         return self._register_here(join, index, payloads, rest, message_id)
 
     def _register_here(
@@ -217,20 +205,36 @@ class JoinRegistration(ChunkRegistration, ChunkFanOut, JoinAdoption, MemberListR
     ) -> bool:
         """Register this chunk and, with no queue to carry on through, every later one here."""
         while True:
-            if not self._register(join, index, payloads, last=rest is None, message_id=message_id):
+            if not self.registrar.register(
+                join, index, payloads, last=rest is None, message_id=message_id
+            ):
                 return False
             if rest is None:
                 return True
             index += 1
             try:
-                payloads, rest = self._read(join, index, rest)
+                payloads, rest = self.lists.read(join, index, rest)
             except InvalidMessageError as exc:
                 if exc.retryable:
                     raise
                 self._invalid(join, exc.reason)
                 return True
-            if self._stopped(join, index):
+            if self.registrar.stopped(join, index):
                 return join.error != DependencyError.CYCLE
+
+    def hand_off(self, body: str, message_id: str | None) -> None:
+        """Send a join message, as it came, to the join queue (:meth:`ChunkFanOut.hand_off`)."""
+        self.fan_out.hand_off(body, message_id)
+
+    def send_chunk_again(
+        self, join: JoinItem, index: int, start: Position, chunks: int | None
+    ) -> None:
+        """Send chunk ``index``'s message again (:meth:`ChunkFanOut.send_chunk_again`)."""
+        self.fan_out.send_chunk_again(join, index, start, chunks)
+
+    def _continues(self) -> bool:
+        """Whether later chunks can run apart: a bucket to write the list to, a queue to send."""
+        return self.lists.writable and self.fan_out.available
 
     def _invalid(self, join: JoinItem, reason: str) -> None:
         """A later chunk is unusable: the parent hears ``InvalidJoin`` with the reason."""

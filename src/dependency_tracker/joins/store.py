@@ -1,38 +1,38 @@
-"""JoinStore, the one object the join flows use: the join row here, its other rows from parts.
+"""JoinStore, the one store of a join's row: created, read, decided, answered, counted.
 
-Registration writes are joins/registration_rows.py, the tokens and their answers
-joins/token_rows.py, the outcome counts
-joins/count_rows.py, the members read back for the summary joins/member_rows.py
-and the join row's decision joins/decision.py; the calls they share are
-joins/row_access.py.
+The join row and its decision are written here; the tokens and their answers
+are joins/token_rows.py, the outcome counts joins/count_rows.py, the members
+read back for the summary joins/member_rows.py; the calls they share are
+joins/row_access.py. Registration's own rows (membership and chunk rows) are
+written by :class:`~dependency_tracker.joins.registration_rows.ChunkRows`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from dependency_tracker.joins import count_rows, member_rows, registration_rows, token_rows
-from dependency_tracker.joins.decision import JoinDecisions
-from dependency_tracker.joins.registration_rows import Registration
+from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
+from dependency_tracker.core.text import clip
+from dependency_tracker.joins import count_rows, member_rows, token_rows
 from dependency_tracker.joins.row_access import DEFAULT_CONCURRENCY, RowAccess
-from dependency_tracker.table.dynamodb import put_if_absent
-from dependency_tracker.table.items import join_partition_for
-from dependency_tracker.table.join_items import ChunkItem, JoinItem, chunk_id_for
+from dependency_tracker.joins.rows import JoinItem
+from dependency_tracker.table.dependency_table import (
+    MAX_RECORDED_CYCLE_BYTES,
+    MAX_REFUSAL_CAUSE_CHARS,
+)
+from dependency_tracker.table.dynamodb import put_if_absent, update_if, values
+from dependency_tracker.table.items import join_partition_for, key_attributes
+from dependency_tracker.table.keys import recorded_ids
 from dependency_tracker.table.prefixes import JOIN_ROW_KEY
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from dependency_tracker.joins.outputs import MemberOutcome
     from dependency_tracker.table.items import MembershipItem, ReleaseMark, Resolution
 
-# Registration is what register_members answers; callers import it from here too.
-__all__ = ["JoinStore", "Registration"]
 
-
-class JoinStore(JoinDecisions):
+class JoinStore:
     """Reads and writes a join's rows; the flows hold the rules, this the access."""
 
     def __init__(
@@ -53,10 +53,54 @@ class JoinStore(JoinDecisions):
         item = self._access.get(join_partition_for(join_id), JOIN_ROW_KEY)
         return None if item is None else JoinItem.from_item(item)
 
-    def chunk(self, join_id: str, index: int) -> ChunkItem | None:
-        """The chunk row, once chunk ``index`` is registered."""
-        item = self._access.get(join_partition_for(join_id), chunk_id_for(index))
-        return None if item is None else ChunkItem.from_item(item)
+    def decide_join(
+        self,
+        join_id: str,
+        state: PayloadState,
+        *,
+        error: DependencyError | None = None,
+        winner: str | None = None,
+        cycle: list[str] | None = None,
+        cause: str | None = None,
+    ) -> bool:
+        """Turn a join terminal, once; False if it already was (it fires only once)."""
+        sets = ["workflow_state = :state", "resolved_at = :now", "updated_at = :now"]
+        plain: dict[str, object] = {
+            "state": state.value,
+            "now": utcnow(),
+            "processing": PayloadState.PROCESSING.value,
+        }
+        names: dict[str, str] = {}
+        if error is not None:
+            sets.append("#error = :error")
+            names["#error"] = "error"
+            plain["error"] = error.value
+        if winner is not None:
+            sets.append("winner = :winner")
+            plain["winner"] = winner
+        if cause is not None:
+            sets.append("#cause = :cause")
+            names["#cause"] = "cause"
+            plain["cause"] = clip(cause, MAX_REFUSAL_CAUSE_CHARS)
+        if cycle is not None:
+            sets.append("#cycle = :cycle")
+            names["#cycle"] = "cycle"
+            # Whole ids while they fit, then key forms: a cycle of any ids fits the row,
+            # and the summary names the key forms it can (joins/summary.py).
+            plain["cycle"] = recorded_ids(cycle, MAX_RECORDED_CYCLE_BYTES)
+        extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
+        return (
+            update_if(
+                self._client,
+                TableName=self.table_name,
+                Key=key_attributes(payload_id=join_partition_for(join_id), waiter_id=JOIN_ROW_KEY),
+                UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression="workflow_state = :processing",
+                ExpressionAttributeValues=values(**plain),
+                **extra,
+            )
+            is not None
+        )
 
     # ------------------------------------------------------------------ tokens
 
@@ -87,24 +131,6 @@ class JoinStore(JoinDecisions):
         """Record an operator's release of every token ``join`` holds."""
         return token_rows.mark_released(self._access, join, release, outcome=outcome)
 
-    # ------------------------------------------------------------ registration
-
-    def register_members(self, rows: Sequence[MembershipItem]) -> list[Registration]:
-        """Write each membership row unless it exists (conditional puts, in parallel)."""
-        return registration_rows.register_members(self._access, rows)
-
-    def start_chunk(self, chunk: ChunkItem) -> None:
-        """Write a chunk's member list before any of its members is registered or started."""
-        registration_rows.start_chunk(self._access, chunk)
-
-    def finish_chunk(self, chunk: ChunkItem, *, chunks: int | None) -> bool:
-        """Mark a registered chunk recorded and add its members to the join, exactly once."""
-        return registration_rows.finish_chunk(self._access, chunk, chunks=chunks)
-
-    def set_total(self, join_id: str, total: int) -> None:
-        """Write n on the join row once every chunk is registered (for readers of the row)."""
-        registration_rows.set_total(self._access, join_id, total)
-
     # ------------------------------------------------------------------ counts
 
     def count(self, member: MembershipItem, resolution: Resolution, *, retention_days: int) -> bool:
@@ -122,7 +148,3 @@ class JoinStore(JoinDecisions):
     def members(self, join_id: str) -> tuple[list[MemberOutcome], list[str]]:
         """Each member the chunk rows name, once, with its outcome (manifest order); duplicates."""
         return member_rows.member_outcomes(self._access, join_id)
-
-    def chunk_rows(self, chunk: ChunkItem) -> list[MembershipItem]:
-        """The membership rows ``chunk`` wrote (not those of members another chunk listed first)."""
-        return member_rows.chunk_rows(self._access, chunk)

@@ -10,8 +10,8 @@ from dependency_tracker.joins.outputs import JoinSummary
 from dependency_tracker.table.keys import whole_ids
 
 if TYPE_CHECKING:
+    from dependency_tracker.joins.rows import JoinItem
     from dependency_tracker.joins.store import JoinStore
-    from dependency_tracker.table.join_items import JoinItem
 
 # Error names kept per failed member in a summary; real ones are far shorter
 # ("States.TaskFailed", "cirrus.lib.errors.InvalidInput"), and an Express status

@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.core.tokens import PARENT_GONE_OUTCOME, token_hash
+from dependency_tracker.joins.rows import MAX_JOIN_TOKENS
 from dependency_tracker.table.dynamodb import update_if, values
 from dependency_tracker.table.items import join_partition_for, key_attributes
-from dependency_tracker.table.join_items import MAX_JOIN_TOKENS
 from dependency_tracker.table.prefixes import JOIN_ROW_KEY
 
 if TYPE_CHECKING:
     from dependency_tracker.joins.row_access import RowAccess
+    from dependency_tracker.joins.rows import JoinItem
     from dependency_tracker.table.items import ReleaseMark
-    from dependency_tracker.table.join_items import JoinItem
 
 
 def add_token(access: RowAccess, join_id: str, token: str) -> bool:

@@ -22,6 +22,19 @@ from dependency_tracker.joins.messages import (
     JoinSpec,
 )
 from dependency_tracker.joins.outputs import FailedMember, JoinSummary, MemberOutcome
+from dependency_tracker.joins.rows import (
+    JOIN_COUNT_SHARDS,
+    ChunkItem,
+    CountShardItem,
+    JoinCounts,
+    JoinItem,
+    Row,
+    chunk_id_for,
+    count_partition_for,
+    row_from_item,
+    row_from_plain,
+    shard_of,
+)
 from dependency_tracker.payloads.events import InputDetails, StatusChange, StatusReport
 from dependency_tracker.payloads.model import (
     RESERVED_ID_PREFIXES,
@@ -54,17 +67,7 @@ from dependency_tracker.table.items import (
     membership_id_for,
     waiter_id_for,
 )
-from dependency_tracker.table.join_items import (
-    JOIN_COUNT_SHARDS,
-    ChunkItem,
-    CountShardItem,
-    JoinCounts,
-    JoinItem,
-    chunk_id_for,
-    count_partition_for,
-    shard_of,
-)
-from dependency_tracker.table.rows import Row, is_bookkeeping_item, row_from_item, row_from_plain
+from dependency_tracker.table.rows import is_bookkeeping_item
 from dependency_tracker.waits.messages import Callback, ProcessMessage, WaitMessage
 from dependency_tracker.waits.outputs import CallbackFailure, CallbackSuccess
 

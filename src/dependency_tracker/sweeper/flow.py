@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 
     from dependency_tracker.callbacks.flow import CallbackFlow
     from dependency_tracker.core.settings import Settings
+    from dependency_tracker.joins.rows import Row
     from dependency_tracker.table.items import PayloadStateItem
-    from dependency_tracker.table.rows import Row
 
 # Share of the run's time the waiter sweep may take; the stuck-payload report gets
 # the rest (and all of it when the waiter sweep ends early).

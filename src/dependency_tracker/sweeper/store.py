@@ -21,10 +21,11 @@ from pydantic import BaseModel, ValidationError
 
 from dependency_tracker.core.enums import TERMINAL_STATES, PayloadState, utcnow
 from dependency_tracker.core.observability import logger
+from dependency_tracker.joins.rows import Row, row_from_item
 from dependency_tracker.table.dynamodb import values
 from dependency_tracker.table.items import PayloadStateItem
 from dependency_tracker.table.prefixes import JOIN_ROW_KEY
-from dependency_tracker.table.rows import Row, is_bookkeeping_item, row_from_item
+from dependency_tracker.table.rows import is_bookkeeping_item
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -16,10 +16,8 @@ from dependency_tracker.table.items import (
     ReleaseMark,
     Resolution,
     WaiterItem,
-    join_partition_for,
     key_attributes,
 )
-from dependency_tracker.table.join_items import JoinItem
 from dependency_tracker.table.keys import FULL_ATTRIBUTES, partition_key
 from dependency_tracker.table.rows import Row, is_bookkeeping_item, row_from_item
 
@@ -83,11 +81,6 @@ class DependencyTable:
         """Strongly consistent read of one task-token waiter row."""
         row = self.get_row(payload_id, waiter_id)
         return row if isinstance(row, WaiterItem) else None
-
-    def get_join(self, join_id: str) -> JoinItem | None:
-        """Strongly consistent read of a join's own row."""
-        row = self.get_row(join_partition_for(join_id), JOIN_ROW_KEY)
-        return row if isinstance(row, JoinItem) else None
 
     def rows(self, payload_id: str) -> Iterator[Row]:
         """Every row under a payload: task-token waiters and join memberships."""

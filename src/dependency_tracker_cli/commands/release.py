@@ -28,16 +28,17 @@ from dependency_tracker.core.limits import SFN_MAX_CAUSE_CHARS
 from dependency_tracker.core.settings import Settings
 from dependency_tracker.core.text import clip, fit_json
 from dependency_tracker.core.tokens import PARENT_GONE_CODES, PARENT_GONE_OUTCOME, redact_token
+from dependency_tracker.joins.rows import JoinItem, typed_row
+from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.table.dependency_table import DependencyTable
 from dependency_tracker.table.items import MembershipItem, ReleaseMark, WaiterItem
-from dependency_tracker.table.join_items import JoinItem
 from dependency_tracker_cli import render
 from dependency_tracker_cli.options import Json, aws_command
 from dependency_tracker_cli.target import Target
 from dependency_tracker_cli.waitgraph import execution_label
 
 if TYPE_CHECKING:
-    from dependency_tracker.table.rows import Row
+    from dependency_tracker.joins.rows import Row
 
 # What ``notify_outcome`` starts with on a released row (the callback flow writes
 # ``SENT:<state>`` and ``PARENT_GONE:<code>``).
@@ -164,7 +165,7 @@ def release(
         raise typer.BadParameter(msg, param_hint="'--reason'") from None
     if waiter is not None and is_execution_arn(what):
         raise typer.BadParameter("only with a payload id", param_hint="'--waiter'")
-    releases = _select(target.dependencies, what, waiter)
+    releases = _select(target.dependencies, target.joins, what, waiter)
     pending = [item for item in releases if item.row.notified_at is None]
     if not dry_run and pending and not yes:
         _confirm(what, len(pending))
@@ -189,14 +190,16 @@ def is_execution_arn(text: str) -> bool:
     )
 
 
-def _select(dependencies: DependencyTable, what: str, waiter: str | None) -> list[Release]:
+def _select(
+    dependencies: DependencyTable, joins: JoinStore, what: str, waiter: str | None
+) -> list[Release]:
     """The rows ``what`` names: a parent's waiter and join rows, or a payload's one waiter."""
     if is_execution_arn(what):
         rows = _rows_of_parent(dependencies, what)
         if not rows:
             raise PayloadNotFoundError(f"{what} (no waiter row names this parent execution)")
         return [Release(row) for row in rows]
-    releases = _waits_on(dependencies, what)
+    releases = _waits_on(dependencies, joins, what)
     if not releases:
         raise PayloadNotFoundError(f"{what} (nothing waits on it)")
     names = ", ".join(item.waiter for item in releases)
@@ -211,7 +214,7 @@ def _select(dependencies: DependencyTable, what: str, waiter: str | None) -> lis
     return releases
 
 
-def _waits_on(dependencies: DependencyTable, payload_id: str) -> list[Release]:
+def _waits_on(dependencies: DependencyTable, joins: JoinStore, payload_id: str) -> list[Release]:
     """A payload's task-token waiters, and the join row of each join it is a member of."""
     releases: list[Release] = []
     for row in dependencies.rows(payload_id):
@@ -219,7 +222,7 @@ def _waits_on(dependencies: DependencyTable, payload_id: str) -> list[Release]:
             releases.append(Release(row))
         elif isinstance(row, MembershipItem):
             # A join holds one token for all its members: its own row is released.
-            join = dependencies.get_join(row.join_id)
+            join = joins.get(row.join_id)
             if join is not None:
                 releases.append(Release(join))
     return releases
@@ -387,7 +390,8 @@ class Releaser:
             ):
                 item.outcome, item.detail = Outcome.RELEASED, note
                 return
-            row = self.dependencies.get_row(item.row.payload_id, item.row.waiter_id)
+            found = self.dependencies.get_row(item.row.payload_id, item.row.waiter_id)
+            row = None if found is None else typed_row(found)
         # Sent, so released; the row could not be marked (changed again and again, or gone).
         item.outcome, item.detail = Outcome.RELEASED, "the row could not be marked"
 

@@ -11,8 +11,8 @@ from rich.table import Table
 from dependency_tracker.core.enums import utcnow
 from dependency_tracker.core.errors import PayloadNotFoundError
 from dependency_tracker.core.tokens import redact_token
+from dependency_tracker.joins.rows import JoinItem
 from dependency_tracker.table.items import MembershipItem, WaiterItem
-from dependency_tracker.table.join_items import JoinItem
 from dependency_tracker_cli import render
 from dependency_tracker_cli.dead_ends import waiting_parent_note
 from dependency_tracker_cli.options import Json, aws_command

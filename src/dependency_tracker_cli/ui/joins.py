@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
 
-    from dependency_tracker.table.join_items import JoinItem
+    from dependency_tracker.joins.rows import JoinItem
     from dependency_tracker_cli.target import Target
 
 # How long a decided join stays listed after its decision.

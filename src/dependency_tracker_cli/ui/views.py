@@ -9,7 +9,7 @@ from datetime import UTC
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from dependency_tracker.core.enums import PayloadState, utcnow
-from dependency_tracker.table.join_items import JoinItem
+from dependency_tracker.joins.rows import JoinItem
 from dependency_tracker_cli.readmodel import PageRequest, PayloadFilter, PayloadView
 from dependency_tracker_cli.ui import joins
 from dependency_tracker_cli.ui.links import Execution, execution_link

@@ -5,13 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.joins.rows import JoinItem
 from dependency_tracker.table.items import (
     MembershipItem,
     WaiterItem,
     membership_id_for,
     waiter_id_for,
 )
-from dependency_tracker.table.join_items import JoinItem
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 TOKEN_PREFIX = "AQCEAAAAKgAAAA-very-secret-task-token-"

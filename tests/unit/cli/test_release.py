@@ -20,9 +20,9 @@ from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.errors import PayloadNotFoundError
 from dependency_tracker.core.limits import SFN_MAX_CAUSE_CHARS
 from dependency_tracker.core.tokens import redact_token
+from dependency_tracker.joins.rows import JoinItem
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker.table.items import Resolution, WaiterItem, waiter_id_for
-from dependency_tracker.table.join_items import JoinItem
 from dependency_tracker.waits.process import ProcessAction
 from dependency_tracker_cli.__main__ import app
 from dependency_tracker_cli.commands.release import NOTHING_RELEASED_EXIT, AmbiguousWaiterError

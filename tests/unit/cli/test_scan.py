@@ -6,8 +6,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from dependency_tracker.core.enums import PayloadState, utcnow
+from dependency_tracker.joins.rows import JoinItem
 from dependency_tracker.table.items import MembershipItem, WaiterItem
-from dependency_tracker.table.join_items import JoinItem
 from tests.unit.cli.rows import join, waiter
 
 if TYPE_CHECKING:

@@ -7,9 +7,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
+from dependency_tracker.joins.rows import JoinItem
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.table.items import MembershipItem, Resolution, membership_id_for
-from dependency_tracker.table.join_items import JoinItem
 from dependency_tracker_cli.target import ConnectionOptions, Target
 from dependency_tracker_cli.ui import joins, links, views
 from dependency_tracker_cli.ui.app import Settings, create_app
@@ -56,6 +56,7 @@ def test_a_join_shows_its_counted_members_total_and_quorum(aws: Aws) -> None:
     now = utcnow()
     members = [f"m{index}" for index in range(4)]
     store = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    chunk_rows = aws.chunk_rows
     row = JoinItem(
         payload_id="join#j1",
         waiter_id="join",
@@ -80,7 +81,7 @@ def test_a_join_shows_its_counted_members_total_and_quorum(aws: Aws) -> None:
         )
         for m in members
     ]
-    store.register_members(rows)
+    chunk_rows.register_members(rows)
     for member, state in ((rows[0], PayloadState.SUCCEEDED), (rows[1], PayloadState.FAILED)):
         resolution = Resolution(state=state)
         aws.dependencies.resolve(member.payload_id, member.waiter_id, resolution)

@@ -17,13 +17,13 @@ from dependency_tracker.callbacks.flow import CallbackFlow
 from dependency_tracker.core.backoff import Backoff
 from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.core.observability import metrics
+from dependency_tracker.joins.rows import JoinItem
 from dependency_tracker.table.items import (
     JOIN_ROW_KEY,
     MembershipItem,
     join_partition_for,
     membership_id_for,
 )
-from dependency_tracker.table.join_items import JoinItem
 from tests.unit.flows.test_sweeper import waiter
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from dependency_tracker.answers.parent import ParentAnswers
     from dependency_tracker.joins.notify import JoinNotifier
-    from dependency_tracker.table.rows import Row
+    from dependency_tracker.joins.rows import Row
     from dependency_tracker.waits.callback import WaiterNotifier
     from tests.conftest import Aws
 

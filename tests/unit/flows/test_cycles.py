@@ -282,7 +282,7 @@ def test_a_join_closing_a_cycle_is_refused_before_any_member_starts(
     message = read_message(body, message_id="m-3")
     assert flow(aws).handle(message) is ProcessAction.REFUSED
     # THEN the join is decided FAILED with DependencyCycle, and C was never started
-    join = aws.dependencies.get_join(token_hash("token-join"))
+    join = aws.joins.get(token_hash("token-join"))
     assert join is not None
     assert join.workflow_state is PayloadState.FAILED
     assert join.error == DependencyError.CYCLE
@@ -302,7 +302,7 @@ def test_a_join_closing_a_cycle_is_refused_before_any_member_starts(
     flow(aws).handle(message)
     assert list(aws.dependencies.rows(payload_id("c"))) == []
     assert aws.states.get(payload_id("c")) is None
-    again = aws.dependencies.get_join(token_hash("token-join"))
+    again = aws.joins.get(token_hash("token-join"))
     assert again is not None
     assert (again.workflow_state, again.error) == (PayloadState.FAILED, DependencyError.CYCLE)
     assert membership_id_for(join.join_id).startswith("join#")
@@ -442,7 +442,7 @@ def test_a_join_decided_before_a_redelivery_finds_a_cycle_stays_decided(aws: Aws
     action = flow(aws).handle(message)
     # THEN the decided join is left as it is: no refusal is counted or recorded
     assert action is ProcessAction.JOINED
-    join = aws.dependencies.get_join(join_id)
+    join = aws.joins.get(join_id)
     assert join is not None
     assert join.workflow_state is PayloadState.SUCCEEDED
     assert join.cycle is None

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dependency_tracker.core.enums import DependencyError, PayloadState
-from dependency_tracker.joins.registration import JoinRegistration
-from dependency_tracker.joins.store import JoinStore
+from dependency_tracker.joins.chunks import ChunkRegistrar
+from dependency_tracker.joins.registration_rows import ChunkRows
 from tests.conftest import payload
 from tests.unit.flows.test_join_registration import (
     Harness,
@@ -116,9 +116,9 @@ def test_a_redelivered_last_chunk_takes_the_decision_its_first_delivery_lost(
     (chunk,) = harness.queued()
     for item in items[:2]:
         harness.finish("lost", item, PayloadState.SUCCEEDED)
-    real_finish = JoinStore.finish_chunk
+    real_finish = ChunkRows.finish_chunk
 
-    def members_end_first(self: JoinStore, *args: Any, **kwargs: Any) -> bool:
+    def members_end_first(self: ChunkRows, *args: Any, **kwargs: Any) -> bool:
         for item in items[2:]:  # counted while n is unknown: they decide nothing
             harness.finish("lost", item, PayloadState.SUCCEEDED)
         return real_finish(self, *args, **kwargs)
@@ -127,8 +127,8 @@ def test_a_redelivered_last_chunk_takes_the_decision_its_first_delivery_lost(
         raise RuntimeError("the Lambda died before checking the decision")
 
     with monkeypatch.context() as patch:
-        patch.setattr(JoinStore, "finish_chunk", members_end_first)
-        patch.setattr(JoinRegistration, "_check_decision", dies)
+        patch.setattr(ChunkRows, "finish_chunk", members_end_first)
+        patch.setattr(ChunkRegistrar, "check_decision", dies)
         with pytest.raises(RuntimeError):
             harness.send(chunk, message_id="chunk-1")
     join, succeeded, _ = harness.row("lost")

@@ -14,7 +14,7 @@ import pytest
 from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.joins.manifest import manifest_text
-from dependency_tracker.joins.store import JoinStore
+from dependency_tracker.joins.registration_rows import ChunkRows
 from dependency_tracker.table.items import membership_id_for
 from tests.conftest import payload, payload_id
 from tests.unit.flows.test_join_registration import (
@@ -185,17 +185,17 @@ def test_a_begun_chunk_whose_manifest_changed_still_answers_its_written_rows(
     key = "manifests/begun.jsonl"
     url = manifest(harness, key, [payload(f"e{i}") for i in range(4)])
     harness.send(join_body("begun", [], payloads_url=url))
-    real = JoinStore.register_members
+    real = ChunkRows.register_members
     calls = {"n": 0}
 
-    def dies_after_writing(self: JoinStore, rows: Any) -> Any:
+    def dies_after_writing(self: ChunkRows, rows: Any) -> Any:
         found = real(self, rows)
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("the Lambda died after writing the membership rows")
         return found
 
-    monkeypatch.setattr(JoinStore, "register_members", dies_after_writing)
+    monkeypatch.setattr(ChunkRows, "register_members", dies_after_writing)
     (chunk,) = harness.queued()
     with pytest.raises(RuntimeError):
         harness.send(chunk, message_id="chunk-1")

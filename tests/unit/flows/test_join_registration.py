@@ -21,6 +21,7 @@ from dependency_tracker.core.limits import item_size
 from dependency_tracker.intake.parse import read_message
 from dependency_tracker.joins.manifest import manifest_text
 from dependency_tracker.joins.messages import JoinChunkMessage, JoinMessage
+from dependency_tracker.joins.registration_rows import ChunkRows
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.payloads.bucket import PayloadBucket
 from dependency_tracker.table.items import (
@@ -92,7 +93,7 @@ class Harness:
         membership = membership_id_for(join_id)
         self.aws.dependencies.resolve(member, membership, Resolution(state=state))
         row = self.aws.dependencies.get_row(member, membership)
-        assert row is not None
+        assert isinstance(row, MembershipItem)
         self.callback.handle(row)
 
     def row(self, join_id: str) -> Any:
@@ -125,16 +126,16 @@ def starts(aws: Aws, item: str) -> int:
 
 def finish_chunk_dies_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """The first chunk to finish dies just before recording itself (its members started)."""
-    real = JoinStore.finish_chunk
+    real = ChunkRows.finish_chunk
     calls = {"n": 0}
 
-    def dies_once(self: JoinStore, *args: Any, **kwargs: Any) -> bool:
+    def dies_once(self: ChunkRows, *args: Any, **kwargs: Any) -> bool:
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("the Lambda died after starting the members")
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(JoinStore, "finish_chunk", dies_once)
+    monkeypatch.setattr(ChunkRows, "finish_chunk", dies_once)
 
 
 @pytest.fixture
@@ -366,7 +367,7 @@ def test_racing_counts_and_the_last_chunk_decide_the_join_exactly_once(
                 member, membership, Resolution(state=PayloadState.SUCCEEDED)
             )
             row = harness.aws.dependencies.get_row(member, membership)
-            assert row is not None
+            assert isinstance(row, MembershipItem)
             harness.callback.handle(row)
         except BaseException:  # noqa: BLE001 (reported below, with its traceback)
             errors.append(RuntimeError(traceback.format_exc()))

@@ -27,16 +27,16 @@ from dependency_tracker.core.limits import (
     utf8_size,
 )
 from dependency_tracker.core.settings import DEFAULT_CYCLE_DEPTH, Settings
-from dependency_tracker.joins.store import JoinStore
-from dependency_tracker.table.dependency_table import MAX_REFUSAL_CAUSE_CHARS
-from dependency_tracker.table.items import JOIN_ROW_KEY, join_partition_for
-from dependency_tracker.table.join_items import (
+from dependency_tracker.joins.rows import (
     JOIN_COUNT_SHARDS,
     ChunkItem,
     CountShardItem,
     JoinItem,
     count_partition_for,
 )
+from dependency_tracker.joins.store import JoinStore
+from dependency_tracker.table.dependency_table import MAX_REFUSAL_CAUSE_CHARS
+from dependency_tracker.table.items import JOIN_ROW_KEY, join_partition_for
 from dependency_tracker.table.keys import partition_key
 from dependency_tracker_local.strict import strict_limits
 
@@ -163,6 +163,7 @@ def test_the_table_takes_the_largest_chunk_row(aws: Aws) -> None:
     # (DynamoDB's 400 KB item limit and key limits, as AWS applies them)
     with strict_limits():
         joins = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+        chunk_rows = aws.chunk_rows
         fresh = JoinItem(
             payload_id=join_partition_for(JOIN_ID),
             waiter_id=JOIN_ROW_KEY,
@@ -175,9 +176,9 @@ def test_the_table_takes_the_largest_chunk_row(aws: Aws) -> None:
         assert joins.create(fresh)
         members = key_form_ids(MAX_CHUNK, 100_000)
         # WHEN the chunk is recorded (the chunk row and the join's counts, one transaction)
-        assert joins.finish_chunk(ChunkItem.of(JOIN_ID, 0, members, [], NOW), chunks=1)
+        assert chunk_rows.finish_chunk(ChunkItem.of(JOIN_ID, 0, members, [], NOW), chunks=1)
         # THEN it is stored whole, and the join row counts it
-        stored = joins.chunk(JOIN_ID, 0)
+        stored = chunk_rows.chunk(JOIN_ID, 0)
         assert stored is not None
         assert stored.members == [partition_key(member) for member in members]
         row = joins.get(JOIN_ID)

@@ -20,7 +20,9 @@ from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.joins.counting import JoinCounting
 from dependency_tracker.joins.manifest import manifest_text
 from dependency_tracker.joins.notify import JoinNotifier
-from dependency_tracker.joins.store import JoinStore, Registration
+from dependency_tracker.joins.registration_rows import ChunkRows, Registration
+from dependency_tracker.joins.rows import ChunkItem, JoinItem
+from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.joins.summary import read_summary
 from dependency_tracker.table.items import (
     JOIN_ROW_KEY,
@@ -29,7 +31,6 @@ from dependency_tracker.table.items import (
     join_partition_for,
     membership_id_for,
 )
-from dependency_tracker.table.join_items import ChunkItem, JoinItem
 from dependency_tracker.table.keys import partition_key
 from tests.conftest import payload, payload_id
 from tests.unit.flows.test_join_registration import BUCKET
@@ -85,7 +86,7 @@ class Harness(RegistrationHarness):
         if not self.aws.dependencies.resolve(member, membership, Resolution(state=state)):
             return False
         row = self.aws.dependencies.get_row(member, membership)
-        assert row is not None
+        assert isinstance(row, MembershipItem)
         self.callback.handle(row)
         return True
 
@@ -162,14 +163,14 @@ def test_an_early_decision_counts_the_members_named_so_far(
     items = [f"e{i}" for i in range(6)]
     url = manifest(harness, "manifests/early.jsonl", items)
     harness.send(join_body("early", [], quorum=1, manifest_url=url))
-    real_finish = JoinStore.finish_chunk
+    real_finish = ChunkRows.finish_chunk
 
-    def dies(store: JoinStore, chunk: ChunkItem, **kwargs: Any) -> bool:
+    def dies(store: ChunkRows, chunk: ChunkItem, **kwargs: Any) -> bool:
         if chunk.index == 1:
             raise RuntimeError("the Lambda died after starting the chunk's members")
         return real_finish(store, chunk, **kwargs)
 
-    monkeypatch.setattr(JoinStore, "finish_chunk", dies)
+    monkeypatch.setattr(ChunkRows, "finish_chunk", dies)
     # (the join message sent chunk 1's and chunk 2's messages; chunk 2 is never delivered here)
     (chunk,) = [c for c in harness.queued() if c["join_chunk"]["index"] == 1]
     with pytest.raises(RuntimeError):
@@ -207,6 +208,7 @@ def test_the_winner_is_named_as_the_lists_name_it(aws: Aws) -> None:
     members = [long_id, "short"]
     now = utcnow()
     joins = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    chunk_rows = aws.chunk_rows
     assert joins.create(
         JoinItem(
             payload_id=join_partition_for("w"),
@@ -230,13 +232,13 @@ def test_the_winner_is_named_as_the_lists_name_it(aws: Aws) -> None:
         )
         for member in members
     ]
-    assert joins.register_members(rows) == [Registration.NEW] * 2
-    assert joins.finish_chunk(ChunkItem.of("w", 0, members, [], now), chunks=1)
+    assert chunk_rows.register_members(rows) == [Registration.NEW] * 2
+    assert chunk_rows.finish_chunk(ChunkItem.of("w", 0, members, [], now), chunks=1)
     won = Resolution(state=PayloadState.SUCCEEDED)
     assert aws.dependencies.resolve(long_id, membership_id_for("w"), won)
     counting = JoinCounting(joins=joins, retention_days=1)
     assert counting.record(rows[0], won)
-    join = aws.dependencies.get_join("w")
+    join = aws.joins.get("w")
     assert join is not None
     assert join.winner == partition_key(long_id) != long_id
     # THEN the summary's winner is the id its succeeded list holds
@@ -306,7 +308,7 @@ def race(harness: Harness, seed: int) -> None:
     # Told once, with a summary whose counts are its lists' lengths, agreeing with the decision.
     (summary,) = harness.summaries
     assert_agrees(summary)
-    join = harness.aws.dependencies.get_join(join_id)
+    join = harness.aws.joins.get(join_id)
     assert join is not None
     if not from_manifest:
         assert summary["total"] == n

@@ -17,8 +17,8 @@ import pytest
 
 from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.errors import InvalidMessageError
+from dependency_tracker.joins.rows import JOIN_ROW_KEY
 from dependency_tracker.table.items import join_partition_for
-from dependency_tracker.table.join_items import JOIN_ROW_KEY
 from tests.conftest import payload
 from tests.unit.flows.test_join_registration import BUCKET, Harness, join_body, manifest, starts
 from tests.unit.flows.test_sweeper import Parents

@@ -148,7 +148,7 @@ def test_a_throttled_chunk_waits_for_the_quota_and_one_outlasting_it_is_sent_aga
     assert deadline - START_PACING.cap_seconds <= time.offset <= deadline
     (again,) = chunk_messages(aws, join_queue)
     assert json.loads(again["Body"]) == json.loads(chunk["Body"])
-    join = aws.dependencies.get_join(token_hash("tok"))
+    join = aws.joins.get(token_hash("tok"))
     assert join is not None
     assert join.workflow_state is PayloadState.PROCESSING
     assert join.registered == CHUNK
@@ -160,7 +160,7 @@ def test_a_throttled_chunk_waits_for_the_quota_and_one_outlasting_it_is_sent_aga
         state = aws.states.get(payload_id(f"m{number}"))
         assert state is not None
         assert (state.state, state.attempt) == (PayloadState.PROCESSING, 1)
-    join = aws.dependencies.get_join(token_hash("tok"))
+    join = aws.joins.get(token_hash("tok"))
     assert join is not None
     assert join.registered == MEMBERS
 

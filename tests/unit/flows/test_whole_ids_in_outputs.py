@@ -19,7 +19,9 @@ from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
 from dependency_tracker.core.limits import DDB_MAX_ITEM_BYTES, item_size, utf8_size
 from dependency_tracker.cycles.edges import WaitEdges
 from dependency_tracker.cycles.guard import CycleGuard
-from dependency_tracker.joins.store import JoinStore, Registration
+from dependency_tracker.joins.registration_rows import Registration
+from dependency_tracker.joins.rows import ChunkItem, JoinItem
+from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.joins.summary import read_summary
 from dependency_tracker.table.dependency_table import DependencyTable
 from dependency_tracker.table.items import (
@@ -30,7 +32,6 @@ from dependency_tracker.table.items import (
     membership_id_for,
     waiter_id_for,
 )
-from dependency_tracker.table.join_items import ChunkItem, JoinItem
 from dependency_tracker.table.keys import is_derived, partition_key
 from dependency_tracker.waits.process import ProcessAction
 from tests.conftest import payload, payload_id
@@ -81,7 +82,7 @@ def membership(member: str, chunk: int) -> MembershipItem:
 
 
 def decided_summary(aws: Aws, joins: JoinStore) -> dict[str, Any]:
-    join = aws.dependencies.get_join(JOIN)
+    join = aws.joins.get(JOIN)
     assert join is not None
     return dict(json.loads(read_summary(joins, join).to_json()))
 
@@ -91,17 +92,18 @@ def test_a_summary_names_long_duplicates_by_their_whole_ids(aws: Aws) -> None:
     # once more in its own chunk, and once more in a later chunk
     a, b = long_id("a"), long_id("b")
     joins = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    chunk_rows = aws.chunk_rows
     create_join(joins)
     now = utcnow()
-    joins.start_chunk(ChunkItem.of(JOIN, 0, [a, b, "short"], [], now))
+    chunk_rows.start_chunk(ChunkItem.of(JOIN, 0, [a, b, "short"], [], now))
     rows = [membership(member, 0) for member in (a, b, "short")]
-    assert joins.register_members(rows) == [Registration.NEW] * 3
-    assert joins.finish_chunk(ChunkItem.of(JOIN, 0, [a, b, "short"], [a], now), chunks=None)
-    joins.start_chunk(ChunkItem.of(JOIN, 1, [b], [], now))
-    assert joins.register_members([membership(b, 1)]) == [Registration.DUPLICATE]
-    assert joins.finish_chunk(ChunkItem.of(JOIN, 1, [], [b], now), chunks=2)
+    assert chunk_rows.register_members(rows) == [Registration.NEW] * 3
+    assert chunk_rows.finish_chunk(ChunkItem.of(JOIN, 0, [a, b, "short"], [a], now), chunks=None)
+    chunk_rows.start_chunk(ChunkItem.of(JOIN, 1, [b], [], now))
+    assert chunk_rows.register_members([membership(b, 1)]) == [Registration.DUPLICATE]
+    assert chunk_rows.finish_chunk(ChunkItem.of(JOIN, 1, [], [b], now), chunks=2)
     # the chunk rows list them by key form, as before
-    chunk = joins.chunk(JOIN, 0)
+    chunk = chunk_rows.chunk(JOIN, 0)
     assert chunk is not None
     assert chunk.duplicates == [partition_key(a)]
     # WHEN every member succeeds and the join's summary is read
@@ -122,8 +124,9 @@ def test_a_listed_member_without_its_row_yet_is_named_whole(aws: Aws) -> None:
     # written yet: a join decided by another chunk's members is summarised meanwhile
     a = long_id("pending")
     joins = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    chunk_rows = aws.chunk_rows
     create_join(joins)
-    joins.start_chunk(ChunkItem.of(JOIN, 0, [a, "short"], [], utcnow()))
+    chunk_rows.start_chunk(ChunkItem.of(JOIN, 0, [a, "short"], [], utcnow()))
     # WHEN its members are read for the summary
     members, duplicates = joins.members(JOIN)
     # THEN the long member is pending under its whole id, kept on the chunk row
@@ -151,14 +154,15 @@ def test_a_join_refused_over_a_cycle_of_long_ids_names_them_whole(aws: Aws, size
     # member waits on the waiter (a cycle), with a third long payload between them
     waiter, member, between = long_id("w", size), long_id("m", size), long_id("x", size)
     joins = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    chunk_rows = aws.chunk_rows
     create_join(joins, waiter=waiter)
-    joins.start_chunk(ChunkItem.of(JOIN, 0, [member], [], utcnow()))
-    assert joins.register_members([membership(member, 0)]) == [Registration.NEW]
+    chunk_rows.start_chunk(ChunkItem.of(JOIN, 0, [member], [], utcnow()))
+    assert chunk_rows.register_members([membership(member, 0)]) == [Registration.NEW]
     cycle = [waiter, member, between, waiter]
     assert joins.decide_join(JOIN, PayloadState.FAILED, error=DependencyError.CYCLE, cycle=cycle)
     # WHEN the parent's summary (the DependencyCycle cause) is read
     summary = decided_summary(aws, joins)
-    stored = aws.dependencies.get_join(JOIN)
+    stored = aws.joins.get(JOIN)
     assert stored is not None
     if size < 5_000:
         # THEN a cycle that fits the row's bound is recorded and sent whole

@@ -16,7 +16,7 @@ from tests.harness import Pumps
 
 if TYPE_CHECKING:
     from dependency_tracker.joins.outputs import MemberOutcome
-    from dependency_tracker.table.join_items import JoinItem
+    from dependency_tracker.joins.rows import JoinItem
 
 
 def send(aws: Aws, body: dict[str, Any]) -> None:
@@ -29,7 +29,7 @@ def join(*members: dict[str, Any], **spec: Any) -> dict[str, Any]:
 
 
 def join_row(aws: Aws, task_token: str | None = None, join_id: str | None = None) -> JoinItem:
-    row = aws.dependencies.get_join(join_id or token_hash(task_token or "tok"))
+    row = aws.joins.get(join_id or token_hash(task_token or "tok"))
     assert row is not None
     return row
 

@@ -170,7 +170,7 @@ def test_a_join_failing_its_last_receive_fails_with_invalid_join(
     assert row is not None
     assert row.error_name is DependencyError.INVALID_JOIN
     assert "NoSuchKey" in (row.cause or "")
-    join = last_receive.dependencies.get_join("unknown-member")
+    join = last_receive.joins.get("unknown-member")
     assert join is not None
     assert (join.workflow_state, join.error) == (PayloadState.FAILED, DependencyError.INVALID_JOIN)
     assert "'never-deployed'" in (join.cause or "")
@@ -196,12 +196,12 @@ def test_a_join_chunk_failing_its_last_receive_fails_the_join(
     assert chunk["join_chunk"]["join_id"] == "chunked"
     # WHEN that message fails before, then on, its last receive
     assert deliver(chunk, lambda_context, receive=1, message_id="m-chunk") == ["m-chunk"]
-    row = last_receive.dependencies.get_join("chunked")
+    row = last_receive.joins.get("chunked")
     assert row is not None
     assert row.workflow_state is PayloadState.PROCESSING
     assert deliver(chunk, lambda_context, receive=MAX_RECEIVES, message_id="m-chunk") == ["m-chunk"]
     # THEN the join is decided InvalidJoin with the cause, which its row's token is sent
-    row = last_receive.dependencies.get_join("chunked")
+    row = last_receive.joins.get("chunked")
     assert row is not None
     assert row.workflow_state is PayloadState.FAILED
     assert row.error == DependencyError.INVALID_JOIN

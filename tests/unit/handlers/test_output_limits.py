@@ -17,10 +17,21 @@ from botocore.exceptions import ClientError
 
 from dependency_tracker.answers.actions import CallbackAction
 from dependency_tracker.answers.parent import CALLBACK_OUTPUTS_PREFIX
+from dependency_tracker.callbacks.flow import CallbackFlow
 from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.limits import SFN_MAX_CAUSE_CHARS, SFN_MAX_PAYLOAD_BYTES, utf8_size
 from dependency_tracker.joins.outputs import MAX_JOIN_OUTPUT_BYTES, JoinSummary, MemberOutcome
-from dependency_tracker.joins.store import JoinStore, Registration
+from dependency_tracker.joins.registration_rows import Registration
+from dependency_tracker.joins.rows import (
+    JOIN_COUNT_SHARDS,
+    ChunkItem,
+    CountShardItem,
+    JoinCounts,
+    JoinItem,
+    count_partition_for,
+    shard_of,
+)
+from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.payloads.bucket import PayloadBucket
 from dependency_tracker.table.items import (
     JOIN_ROW_KEY,
@@ -30,15 +41,6 @@ from dependency_tracker.table.items import (
     join_partition_for,
     membership_id_for,
     waiter_id_for,
-)
-from dependency_tracker.table.join_items import (
-    JOIN_COUNT_SHARDS,
-    ChunkItem,
-    CountShardItem,
-    JoinCounts,
-    JoinItem,
-    count_partition_for,
-    shard_of,
 )
 from dependency_tracker.waits.outputs import (
     MAX_WAIT_OUTPUT_BYTES,
@@ -307,6 +309,7 @@ def stored_join(
     in moto).
     """
     joins = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    chunk_rows = aws.chunk_rows
     header = join_header(members, quorum)
     assert joins.create(header.model_copy(update={"total": None, "registered": 0}))
     size = aws.settings.join_chunk_size
@@ -328,13 +331,13 @@ def stored_join(
         )
 
     for index, chunk in enumerate(chunks):
-        found = joins.register_members([membership(m, index) for m in chunk])
+        found = chunk_rows.register_members([membership(m, index) for m in chunk])
         assert set(found) == {Registration.NEW}
         last = index == len(chunks) - 1
-        assert joins.finish_chunk(
+        assert chunk_rows.finish_chunk(
             ChunkItem.of(JOIN_ID, index, chunk, [], NOW), chunks=len(chunks) if last else None
         )
-    joins.set_total(JOIN_ID, len(members))
+    chunk_rows.set_total(JOIN_ID, len(members))
     if count_each:
         for index, chunk in enumerate(chunks):
             for member in chunk:
@@ -359,7 +362,7 @@ def stored_join(
     assert decided is not None
     state, error = decided
     assert joins.decide_join(JOIN_ID, state, error=error, winner=winner)
-    stored = aws.dependencies.get_join(JOIN_ID)
+    stored = aws.joins.get(JOIN_ID)
     assert stored is not None
     return stored
 

@@ -133,7 +133,7 @@ def test_a_batch_of_joins_returns_what_it_has_no_time_for_and_loses_nothing(
         assert failures(lambda_handler(one, LocalContext("deptrack-process"))) == []
     # THEN each join is registered once, each member started once, claimed for its message
     for number, message_id in enumerate(ids):
-        row = aws.dependencies.get_join(token_hash(f"tok-{number}"))
+        row = aws.joins.get(token_hash(f"tok-{number}"))
         assert row is not None
         assert row.registered == MEMBERS
         for member in range(MEMBERS):
@@ -178,7 +178,7 @@ def test_a_join_handed_off_twice_registers_once(aws: Aws, join_queue: tuple[str,
         assert failures(lambda_handler(one, LocalContext("deptrack-process"))) == []
     # THEN the join is registered once and each member started once, claimed for the
     # message id SQS first gave the join
-    row = aws.dependencies.get_join(token_hash("tok-0"))
+    row = aws.joins.get(token_hash("tok-0"))
     assert row is not None
     assert row.registered == MEMBERS
     for member in range(MEMBERS):

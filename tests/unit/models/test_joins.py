@@ -13,7 +13,7 @@ from dependency_tracker.core.tokens import token_hash
 from dependency_tracker.intake.parse import read_message
 from dependency_tracker.joins.messages import JoinMessage, read_members
 from dependency_tracker.joins.outputs import JoinSummary, MemberOutcome
-from dependency_tracker.table.join_items import (
+from dependency_tracker.joins.rows import (
     JOIN_COUNT_SHARDS,
     ChunkItem,
     CountShardItem,

@@ -9,6 +9,7 @@ from botocore.exceptions import ClientError
 
 from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.joins.row_access import MAX_CONFLICT_RETRIES
+from dependency_tracker.joins.rows import MAX_JOIN_TOKENS, JoinItem
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.table.items import (
     JOIN_ROW_KEY,
@@ -16,7 +17,6 @@ from dependency_tracker.table.items import (
     Resolution,
     join_partition_for,
 )
-from dependency_tracker.table.join_items import MAX_JOIN_TOKENS, JoinItem
 
 if TYPE_CHECKING:
     from tests.conftest import Aws

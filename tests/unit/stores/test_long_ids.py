@@ -13,7 +13,9 @@ from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
 from dependency_tracker.core.limits import DDB_MAX_PARTITION_KEY_BYTES, utf8_size
 from dependency_tracker.cycles.edges import WaitEdges
 from dependency_tracker.cycles.guard import CycleGuard
-from dependency_tracker.joins.store import JoinStore, Registration
+from dependency_tracker.joins.registration_rows import Registration
+from dependency_tracker.joins.rows import ChunkItem, JoinItem
+from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker.table.dependency_table import (
     MAX_RECORDED_CYCLE_BYTES,
@@ -28,7 +30,6 @@ from dependency_tracker.table.items import (
     membership_id_for,
     waiter_id_for,
 )
-from dependency_tracker.table.join_items import ChunkItem, JoinItem
 from dependency_tracker.table.keys import partition_key
 from dependency_tracker_local.strict import strict_limits
 from tests.conftest import DEPENDENCY_TABLE, STATE_TABLE, Aws
@@ -151,6 +152,7 @@ def test_join_with_a_long_member(aws: Aws, pid: str) -> None:
     with strict_limits():
         now = utcnow()
         joins = JoinStore(aws.dynamodb, DEPENDENCY_TABLE)
+        chunk_rows = aws.chunk_rows
         assert joins.create(
             JoinItem(
                 payload_id=join_partition_for("mosaic"),
@@ -175,13 +177,13 @@ def test_join_with_a_long_member(aws: Aws, pid: str) -> None:
 
         # the first chunk registers both members; a second one names the long one again
         long_row = member(pid, 0)
-        assert joins.register_members([long_row, member("short", 0)]) == [Registration.NEW] * 2
-        assert joins.register_members([long_row]) == [Registration.OWN]  # a redelivery
+        assert chunk_rows.register_members([long_row, member("short", 0)]) == [Registration.NEW] * 2
+        assert chunk_rows.register_members([long_row]) == [Registration.OWN]  # a redelivery
         first = ChunkItem.of("mosaic", 0, [pid, "short"], [], now)
         assert first.members == [partition_key(pid), "short"]
-        assert joins.finish_chunk(first, chunks=None)
-        assert joins.register_members([member(pid, 1)]) == [Registration.DUPLICATE]
-        assert joins.finish_chunk(ChunkItem.of("mosaic", 1, [], [pid], now), chunks=2)
+        assert chunk_rows.finish_chunk(first, chunks=None)
+        assert chunk_rows.register_members([member(pid, 1)]) == [Registration.DUPLICATE]
+        assert chunk_rows.finish_chunk(ChunkItem.of("mosaic", 1, [], [pid], now), chunks=2)
         # the payload's rows show the membership whole, not the join's bookkeeping
         (row,) = list(aws.dependencies.rows(pid))
         assert isinstance(row, MembershipItem)
@@ -212,7 +214,7 @@ def test_join_with_a_long_member(aws: Aws, pid: str) -> None:
         assert joins.decide_join(
             "mosaic", PayloadState.FAILED, error=DependencyError.QUORUM_UNREACHABLE
         )
-        stored = aws.dependencies.get_join("mosaic")
+        stored = aws.joins.get("mosaic")
         assert stored is not None
         assert stored.workflow_state is PayloadState.FAILED
 
@@ -274,7 +276,7 @@ def test_a_join_refused_over_long_ids_records_them_within_a_bound(aws: Aws, pid:
     assert JoinStore(aws.dynamodb, DEPENDENCY_TABLE).decide_join(
         "ring", PayloadState.FAILED, error=DependencyError.CYCLE, cycle=cycle
     )
-    stored = aws.dependencies.get_join("ring")
+    stored = aws.joins.get("ring")
     assert stored is not None
     # whole while the cycle fits MAX_RECORDED_CYCLE_BYTES, else in key form
     if utf8_size(pid) * 2 <= MAX_RECORDED_CYCLE_BYTES:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime
-from typing import Self
+from typing import Any, Self
 
 from pydantic import BaseModel, Field
 
@@ -32,7 +32,14 @@ from dependency_tracker.core.limits import (
 )
 from dependency_tracker.core.settings import MAX_JOIN_CHUNK_SIZE
 from dependency_tracker.core.tokens import token_hash
-from dependency_tracker.table.items import DependencyRow, TableItem, join_partition_for
+from dependency_tracker.table import rows as table_rows
+from dependency_tracker.table.items import (
+    DependencyRow,
+    MembershipItem,
+    TableItem,
+    WaiterItem,
+    join_partition_for,
+)
 from dependency_tracker.table.keys import partition_key
 from dependency_tracker.table.prefixes import (
     CHUNK_KEY_PREFIX,
@@ -252,11 +259,30 @@ class ChunkItem(TableItem):
         return {partition_key(member): member for member in self.full_members}
 
 
-def is_join_bookkeeping(item: dict[str, object]) -> bool:
-    """True for a count shard or chunk row (attribute-value map or plain image)."""
-    key = item.get("waiter_id")
-    text = key.get("S") if isinstance(key, dict) else key
-    return isinstance(text, str) and (text == COUNT_SHARD_KEY or text.startswith(CHUNK_KEY_PREFIX))
+# Read back by the table's generic decoding (stream images, scans) as a JoinItem.
+table_rows.register_row_kind(JOIN_ROW_KEY, JoinItem)
+
+# Every row of the dependency table a reader acts on, by its kind: the table decodes
+# each as one of these (table/rows.py), and the join row is a kind of the joins.
+Row = WaiterItem | MembershipItem | JoinItem
+
+
+def typed_row(row: DependencyRow) -> Row:
+    """``row`` as the kind it is: what the table decodes is always one of :data:`Row`."""
+    if isinstance(row, WaiterItem | MembershipItem | JoinItem):
+        return row
+    msg = f"not a dependency-table row kind: {type(row).__name__}"
+    raise TypeError(msg)
+
+
+def row_from_plain(plain: dict[str, Any]) -> Row:
+    """The typed row for a deserialized dependency-table item (or stream image)."""
+    return typed_row(table_rows.row_from_plain(plain))
+
+
+def row_from_item(item: dict[str, Any]) -> Row:
+    """The typed row for an attribute-value map."""
+    return typed_row(table_rows.row_from_item(item))
 
 
 __all__ = [
@@ -270,8 +296,11 @@ __all__ = [
     "CountShardItem",
     "JoinCounts",
     "JoinItem",
+    "Row",
     "chunk_id_for",
     "count_partition_for",
-    "is_join_bookkeeping",
+    "row_from_item",
+    "row_from_plain",
     "shard_of",
+    "typed_row",
 ]
