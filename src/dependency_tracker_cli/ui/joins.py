@@ -50,6 +50,11 @@ def join_name(join_id: str, parent_execution: str | None) -> str:
     return short if parent is None else f"{parent} · {short}"
 
 
+def is_running(row: JoinItem) -> bool:
+    """Undecided with a token still to answer: what the page lists and counts as running."""
+    return bool(row.unanswered()) and not row.workflow_state.is_terminal
+
+
 def listed(rows: Sequence[JoinItem], now: datetime, window: timedelta) -> list[JoinItem]:
     """The join rows the page lists, in the order it lists them.
 
@@ -58,7 +63,7 @@ def listed(rows: Sequence[JoinItem], now: datetime, window: timedelta) -> list[J
     newest decision first.
     """
     since = now - window
-    running = [row for row in rows if row.unanswered() and not row.workflow_state.is_terminal]
+    running = [row for row in rows if is_running(row)]
     decided = [
         row
         for row in rows

@@ -239,5 +239,5 @@ def summary(snapshot: Snapshot, stuck_parents: int, window: timedelta) -> Summar
             at = at.replace(tzinfo=UTC)
         if view.state in FAILED_STATES and at is not None and at >= since:
             failed += 1
-    running = sum(1 for row in snapshot.joins if not row.workflow_state.is_terminal)
+    running = sum(1 for row in snapshot.joins if joins.is_running(row))
     return Summary(len(parents), running, stuck_parents, failed, since)
