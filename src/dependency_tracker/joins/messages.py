@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dependency_tracker.core.enums import DependencyError
+from dependency_tracker.core.envelopes import S3_SCHEME, is_s3_url
 from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.core.tokens import token_hash
 from dependency_tracker.payloads.documents import (
@@ -93,7 +95,7 @@ class JoinMessage(BaseModel):
         if url is not None:
             if raw_payloads is not None:
                 raise invalid("a join takes 'payloads' or 'payloads_url', not both")
-            if not isinstance(url, str) or not url.startswith("s3://"):
+            if not is_s3_url(url):
                 raise invalid(f"payloads_url must be an s3:// url, got {url!r}")
             return cls(join=spec, payloads_url=url, message_id=message_id)
         if not isinstance(raw_payloads, list) or not raw_payloads:
@@ -126,7 +128,7 @@ class JoinChunk(BaseModel):
     join_id: str = Field(min_length=1)
     index: int = Field(ge=1)
     offset: int = Field(ge=0)
-    payloads_url: str = Field(pattern=r"^s3://")
+    payloads_url: str = Field(pattern=f"^{re.escape(S3_SCHEME)}")
     # The member list's version read first: later chunks read only that version.
     etag: str | None = None
     version_id: str | None = None
