@@ -177,11 +177,15 @@ class TrackerRunner:
                 return ProcessAction.WAITING
             case Settle.UNSETTLED:
                 raise StartUnsettledError(payload.id, seen.attempt)
-            case Settle.SUPERSEDED:
-                _log_superseded(payload, seen)
-        if row_id is not None:
-            self.dependencies.resolve(payload.id, row_id, Resolution.of(seen, replayed=True))
-        return ProcessAction.REPLAYED
+            case Settle.REPLAY | Settle.SUPERSEDED:
+                if settle is Settle.SUPERSEDED:
+                    _log_superseded(payload, seen)
+                if row_id is not None:
+                    resolution = Resolution.of(seen, replayed=True)
+                    self.dependencies.resolve(payload.id, row_id, resolution)
+                return ProcessAction.REPLAYED
+        msg = f"{payload.id}: {settle} is done before the state is needed"
+        raise ValueError(msg)
 
     def _facts(self, payload: ProcessPayload, seen: PayloadStateItem | None) -> Facts:
         """What :func:`settling.decide` needs beyond ``seen``; AWS is asked only for a live one.
