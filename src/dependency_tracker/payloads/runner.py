@@ -43,6 +43,14 @@ class Unread:
 
 UNREAD = Unread()
 
+# The decisions that start a run, and what each is counted as.
+STARTS = {
+    Settle.START: ProcessAction.STARTED,
+    Settle.TAKE_OVER: ProcessAction.TOOK_OVER,
+    Settle.RESUME_START: ProcessAction.RESUMED_START,
+    Settle.RESTART: ProcessAction.RESUMED_START,
+}
+
 
 class PayloadRunner(Protocol):
     """Settles payloads whose waiter rows are written."""
@@ -141,34 +149,43 @@ class TrackerRunner:
         settle = settling.decide(payload, message_id, seen, facts)
         if settle is Settle.RECORD:
             settle = settling.after_record(self._record(payload, facts))
-        if settle in (Settle.START, Settle.TAKE_OVER):
-            claimed = self.states.claim(payload, seen, message_id=message_id)
-            self.runs.start(payload, claimed.attempt)
-            return ProcessAction.STARTED if settle is Settle.START else ProcessAction.TOOK_OVER
-        if seen is None:
-            msg = f"{payload.id}: an unknown payload is only started, not {settle}"
-            raise ValueError(msg)
-        return self._on_state(settle, payload, message_id, seen, row_id)
+        started = STARTS.get(settle)
+        if started is None:
+            return self._leave(settle, payload, seen, row_id)
+        self.runs.start(payload, self._attempt(settle, payload, message_id, seen))
+        return started
 
-    def _on_state(
+    def _attempt(
         self,
         settle: Settle,
         payload: ProcessPayload,
         message_id: str | None,
-        seen: PayloadStateItem,
+        seen: PayloadStateItem | None,
+    ) -> int:
+        """The attempt ``settle`` starts: claimed now, reclaimed after a refusal, or claimed."""
+        if settle in (Settle.START, Settle.TAKE_OVER):
+            return self.states.claim(payload, seen, message_id=message_id).attempt
+        if seen is None:
+            msg = f"{payload.id}: an unknown payload is claimed before it starts, not {settle}"
+            raise ValueError(msg)
+        if settle is Settle.RESTART:
+            # Nothing ran under its name, so this is its first run; a new attempt would
+            # leave the name unused and climb for nothing.
+            return self.states.reclaim_refused(seen, message_id=message_id).attempt
+        return seen.attempt
+
+    def _leave(
+        self,
+        settle: Settle,
+        payload: ProcessPayload,
+        seen: PayloadStateItem | None,
         row_id: str | None,
     ) -> ProcessAction:
-        """Do what ``settle`` says about a payload found in state ``seen``, short of a claim."""
+        """Do what ``settle`` says when it starts nothing."""
+        if seen is None:
+            msg = f"{payload.id}: an unknown payload is only started, not {settle}"
+            raise ValueError(msg)
         match settle:
-            case Settle.RESUME_START:
-                self.runs.start(payload, seen.attempt)
-                return ProcessAction.RESUMED_START
-            case Settle.RESTART:
-                # Nothing ran under its name, so this is its first run; a new attempt would
-                # leave the name unused and climb for nothing.
-                reclaimed = self.states.reclaim_refused(seen, message_id=message_id)
-                self.runs.start(payload, reclaimed.attempt)
-                return ProcessAction.RESUMED_START
             case Settle.RECOVERED:
                 return ProcessAction.RECOVERED
             case Settle.READ_AGAIN:
@@ -184,7 +201,7 @@ class TrackerRunner:
                     resolution = Resolution.of(seen, replayed=True)
                     self.dependencies.resolve(payload.id, row_id, resolution)
                 return ProcessAction.REPLAYED
-        msg = f"{payload.id}: {settle} is done before the state is needed"
+        msg = f"{payload.id}: {settle} is not a decision that starts nothing"
         raise ValueError(msg)
 
     def _facts(self, payload: ProcessPayload, seen: PayloadStateItem | None) -> Facts:
