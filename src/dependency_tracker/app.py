@@ -205,7 +205,7 @@ class App:
 
     @property
     def runs(self) -> Runs:
-        """The tracker's own runs (start, lease takeover)."""
+        """The tracker's own runs (their input, start, and what a lease asks of them)."""
         return self._part(
             "runs",
             lambda: Runs(
@@ -213,7 +213,6 @@ class App:
                 states=self.states,
                 sfn=self.clients.sfn,
                 bucket=self.bucket,
-                recorder=self.update_state,
                 pacing=self._start_pacing if self.settings.pace_starts else None,
             ),
         )
@@ -226,7 +225,13 @@ class App:
     def _runner(self) -> PayloadRunner:
         settings = self.settings
         if not settings.cirrus_mode:
-            return TrackerRunner(states=self.states, dependencies=self.dependencies, runs=self.runs)
+            return TrackerRunner(
+                states=self.states,
+                dependencies=self.dependencies,
+                runs=self.runs,
+                recorder=self.update_state,
+                claim_lease_seconds=settings.claim_lease_seconds,
+            )
         if settings.cirrus_state_table is None or settings.cirrus_process_queue_url is None:
             msg = "cirrus mode needs the cirrus state table and process queue"
             raise ValueError(msg)

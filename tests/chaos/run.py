@@ -64,6 +64,7 @@ from typing import Any
 from dependency_tracker import app
 from dependency_tracker.core import clients, settings
 from dependency_tracker.handlers import update_state as update_state_handler
+from dependency_tracker.payloads.actions import ProcessAction
 from dependency_tracker.payloads.runner import TrackerRunner
 from dependency_tracker_local import definitions
 from dependency_tracker_local.pumps import SqsPump
@@ -136,6 +137,8 @@ __all__ = [
 STREAM_MAX_RETRIES = 10
 # Small, so that a lease runs out within the run (Express: min(this, 600 s)).
 CHAOS_CLAIM_LEASE_SECONDS = 2
+# What only a lease does to a payload: record a run's lost end, or take the attempt over.
+LEASE_OUTCOMES = frozenset({ProcessAction.RECOVERED, ProcessAction.TOOK_OVER})
 
 
 def _queue_arn(sqs: Any, queue_url: str) -> str:
@@ -207,7 +210,7 @@ class ChaosRun:
         )
         self.claims = Claims()
         # What _instrument sees of the handlers' flows.
-        self.lease_outcomes: Counter[str] = Counter()  # after_lease: recovered, took_over
+        self.lease_outcomes: Counter[str] = Counter()  # a lease's: recovered, took_over
         self.lease_by_payload: dict[str, list[str]] = {}
         self.backoff_waits = 0
         self.express_unstarted = 0  # Express attempts claimed, never started, taken over
@@ -332,26 +335,26 @@ class ChaosRun:
     def _instrument(self) -> None:
         """Watch the lease's outcomes; let the callback backoff retry without sleeping.
 
-        Both are parts of the handlers' app (nothing in the product changes):
-        ``after_lease`` is wrapped to count what a lease check did per payload, and the
-        callback flow's :class:`Backoff` (the sweeper's too: one flow) gets a ``sleep`` that
-        counts instead of waiting (a storm's 6 tries x 11 deliveries would otherwise sleep
-        for minutes).
+        Both are parts of the handlers' app (nothing in the product changes): the runner's
+        ``settle`` is wrapped to count what a lease did per payload (``recovered`` and
+        ``took_over`` come from nothing else), and the callback flow's :class:`Backoff` (the
+        sweeper's too: one flow) gets a ``sleep`` that counts instead of waiting (a storm's 6
+        tries x 11 deliveries would otherwise sleep for minutes).
         """
         root = app.current()
-        runs = root.runs
-        original = runs.after_lease
+        runner = root.runner
+        assert isinstance(runner, TrackerRunner)
+        assert runner.states is root.states
+        original = runner.settle
 
-        def after_lease(payload: Any, message_id: str | None, seen: Any) -> Any:
-            outcome = original(payload, message_id, seen)
-            if outcome is not None:
+        def settle(payload: Any, row_id: str | None, **kwargs: Any) -> ProcessAction:
+            outcome = original(payload, row_id, **kwargs)
+            if outcome in LEASE_OUTCOMES:
                 self.lease_outcomes[outcome.value] += 1
                 self.lease_by_payload.setdefault(payload.id, []).append(outcome.value)
             return outcome
 
-        runs.after_lease = after_lease  # type: ignore[method-assign]
-        assert isinstance(root.runner, TrackerRunner)
-        assert root.runner.states is root.states
+        runner.settle = settle  # type: ignore[method-assign]
         self.claims.attach()
         flow = root.callback
         assert root.sweeper.callback is flow

@@ -22,7 +22,9 @@ from dependency_tracker.core import settings
 from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.core.errors import TransitionConflictError
 from dependency_tracker.cycles.guard import CycleGuard
+from dependency_tracker.payloads import settling
 from dependency_tracker.payloads.runs import Runs
+from dependency_tracker.payloads.settling import Facts, Settle
 from dependency_tracker.payloads.state_table import StateTable
 from dependency_tracker.table.keys import partition_key
 from tests.chaos import injection
@@ -336,7 +338,7 @@ def test_the_lost_report_invariant_fails_without_the_express_lease(
     aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Mutation: the lease never runs out: a later parent waits too, and nobody is told."""
-    monkeypatch.setattr(Runs, "lease_expired", lambda *_, **__: False)
+    monkeypatch.setattr(settling, "lease_expired", lambda *_, **__: False)
     # One more parent after the first later one shows the payload left; the run's eight
     # would only wait out eight more leases.
     monkeypatch.setattr(injection, "MORE_PARENTS", 1)
@@ -353,10 +355,16 @@ def test_the_late_event_invariant_fails_when_a_lease_reruns_an_ended_run(
 ) -> None:
     """Mutation: the lease treats every run as dead (as before it described the run): a rerun."""
 
-    def take_over(self: Runs, payload: Any, message_id: str | None, seen: Any) -> Any:
-        return self.take_over(payload, message_id, seen)
+    original = settling.decide
 
-    monkeypatch.setattr(Runs, "after_lease", take_over)
+    def every_expired_run_is_dead(
+        payload: Any, message_id: str | None, seen: Any, facts: Facts
+    ) -> Settle:
+        if facts.lease_expired:
+            return Settle.TAKE_OVER
+        return original(payload, message_id, seen, facts)
+
+    monkeypatch.setattr(settling, "decide", every_expired_run_is_dead)
     _, report = express_faults_run(
         aws, monkeypatch, rates={"late_event": 1.0}, weights={"pass": 1.0}
     )

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dependency_tracker.cycles import edges
-from dependency_tracker.payloads.runner import TrackerRunner
+from dependency_tracker.payloads import settling
+from dependency_tracker.payloads.settling import Facts, Settle
 from dependency_tracker_cli.commands import rerun as rerun_command
 from tests.chaos.cycle_invariants import CYCLES_HELD
 from tests.chaos.invariants import FIRST_ATTEMPTS, TOKENS
@@ -136,14 +137,17 @@ def test_the_replacement_invariant_fails_when_a_plain_submission_reruns_a_succes
     aws: Aws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Mutation: every terminal payload runs again on the next submission."""
-    original = TrackerRunner._should_run
+    original = settling.decide
 
-    def rerun_anything(payload: Any, message_id: str | None, seen: Any) -> bool:
-        if seen.state.is_terminal and payload.replace_if is None:
-            return message_id is None or seen.claim_message_id != message_id
-        return original(payload, message_id, seen)
+    def rerun_anything(payload: Any, message_id: str | None, seen: Any, facts: Facts) -> Settle:
+        if seen is None:
+            return original(payload, message_id, seen, facts)
+        redelivered = message_id is not None and seen.claim_message_id == message_id
+        if seen.state.is_terminal and payload.replace_if is None and not redelivered:
+            return Settle.START
+        return original(payload, message_id, seen, facts)
 
-    monkeypatch.setattr(TrackerRunner, "_should_run", staticmethod(rerun_anything))
+    monkeypatch.setattr(settling, "decide", rerun_anything)
     _, report = short_run(
         aws, monkeypatch, rates={}, parents=12, join_share=0.0, weights={"pass": 1.0}
     )

@@ -15,16 +15,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from dependency_tracker.core.enums import PayloadState
+from dependency_tracker.core.enums import utcnow
 from dependency_tracker.core.errors import StartUnsettledError, TransitionConflictError
 from dependency_tracker.core.observability import logger
+from dependency_tracker.payloads import settling
 from dependency_tracker.payloads.actions import ProcessAction, count
+from dependency_tracker.payloads.runs import lease_seconds
+from dependency_tracker.payloads.settling import AttemptRun, Facts, Settle
 from dependency_tracker.table.items import Resolution
 
 if TYPE_CHECKING:
     from dependency_tracker.payloads.model import ProcessPayload
     from dependency_tracker.payloads.runs import Runs
     from dependency_tracker.payloads.state_table import StateTable
+    from dependency_tracker.payloads.update_state import UpdateAction, UpdateStateFlow
     from dependency_tracker.table.dependency_table import DependencyTable
     from dependency_tracker.table.items import PayloadStateItem
 
@@ -38,6 +42,14 @@ class Unread:
 
 
 UNREAD = Unread()
+
+# The decisions that start a run, and what each is counted as.
+STARTS = {
+    Settle.START: ProcessAction.STARTED,
+    Settle.TAKE_OVER: ProcessAction.TOOK_OVER,
+    Settle.RESUME_START: ProcessAction.RESUMED_START,
+    Settle.RESTART: ProcessAction.RESUMED_START,
+}
 
 
 class PayloadRunner(Protocol):
@@ -68,12 +80,27 @@ class PayloadRunner(Protocol):
 
 
 class TrackerRunner:
-    """The tracker's own runner: claims on the state table, runs on Step Functions."""
+    """The tracker's own runner: claims on the state table, runs on Step Functions.
 
-    def __init__(self, *, states: StateTable, dependencies: DependencyTable, runs: Runs) -> None:
+    Settling reads the payload's state, gathers the facts a live attempt needs, asks
+    :func:`~dependency_tracker.payloads.settling.decide` and does what it answers.
+    """
+
+    def __init__(
+        self,
+        *,
+        states: StateTable,
+        dependencies: DependencyTable,
+        runs: Runs,
+        recorder: UpdateStateFlow,
+        claim_lease_seconds: int,
+    ) -> None:
         self.states = states
         self.dependencies = dependencies
         self.runs = runs
+        # A lease that finds the run ended records it as update-state would.
+        self.recorder = recorder
+        self.claim_lease_seconds = claim_lease_seconds
 
     def check_startable(self, payload: ProcessPayload, task_token: str | None) -> None:
         """See :meth:`PayloadRunner.check_startable`."""
@@ -117,73 +144,104 @@ class TrackerRunner:
         seen: PayloadStateItem | None,
         row_id: str | None,
     ) -> ProcessAction:
-        if seen is None or self._should_run(payload, message_id, seen):
-            claimed = self.states.claim(payload, seen, message_id=message_id)
-            self.runs.start(payload, claimed.attempt)
-            return ProcessAction.STARTED
-        if self.runs.lease_expired(payload, seen):
-            after = self.runs.after_lease(payload, message_id, seen)
-            if after is not None:
-                return after
-        if seen.state is PayloadState.CLAIMED:
-            return self._claimed(payload, message_id, seen)
-        if seen.state is PayloadState.PROCESSING:
-            return ProcessAction.WAITING
-        if row_id is not None:
-            self.dependencies.resolve(payload.id, row_id, Resolution.of(seen, replayed=True))
-        return ProcessAction.REPLAYED
+        """One round: gather the facts, decide once, do it."""
+        facts = self._facts(payload, seen)
+        settle = settling.decide(payload, message_id, seen, facts)
+        if settle is Settle.RECORD:
+            settle = settling.after_record(self._record(payload, facts))
+        started = STARTS.get(settle)
+        if started is None:
+            return self._leave(settle, payload, seen, row_id)
+        self.runs.start(payload, self._attempt(settle, payload, message_id, seen))
+        return started
 
-    def _claimed(
-        self, payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
+    def _attempt(
+        self,
+        settle: Settle,
+        payload: ProcessPayload,
+        message_id: str | None,
+        seen: PayloadStateItem | None,
+    ) -> int:
+        """The attempt ``settle`` starts: claimed now, reclaimed after a refusal, or claimed."""
+        if settle in (Settle.START, Settle.TAKE_OVER):
+            return self.states.claim(payload, seen, message_id=message_id).attempt
+        if seen is None:
+            msg = f"{payload.id}: an unknown payload is claimed before it starts, not {settle}"
+            raise ValueError(msg)
+        if settle is Settle.RESTART:
+            # Nothing ran under its name, so this is its first run; a new attempt would
+            # leave the name unused and climb for nothing.
+            return self.states.reclaim_refused(seen, message_id=message_id).attempt
+        return seen.attempt
+
+    def _leave(
+        self,
+        settle: Settle,
+        payload: ProcessPayload,
+        seen: PayloadStateItem | None,
+        row_id: str | None,
     ) -> ProcessAction:
-        """A live claim whose start may or may not have happened."""
-        if not self.runs.is_express(payload.workflow, seen):
-            # The claimer may have died before StartExecution; the name is
-            # deterministic, so starting again is harmless if it did not.
-            self.runs.start(payload, seen.attempt)
-            return ProcessAction.RESUMED_START
-        if seen.start_refused_at is not None:
-            # AWS answered its StartExecution with an error: nothing runs under its name,
-            # so any message starts it now (conditionally: once), under the same name.
-            return self.runs.restart(payload, message_id, seen)
-        if message_id is not None and seen.claim_message_id == message_id:
-            # The claimer's own message again, and nothing says its start was refused: the
-            # claimer may have died after StartExecution (or before it), its set_processing
-            # may have failed, or a twin delivery may be starting it now. Starting anything,
-            # under this name or a new attempt's, could make two live runs. The message
-            # comes back until the run's report ends the attempt or the Express lease runs
-            # out (the lease check above then claims a new attempt).
-            raise StartUnsettledError(payload.id, seen.attempt)
-        # An Express start is not idempotent: only the claimer (or its redelivery) starts;
-        # if neither comes back, the lease starts a new attempt.
-        return ProcessAction.WAITING
+        """Do what ``settle`` says when it starts nothing."""
+        if seen is None:
+            msg = f"{payload.id}: an unknown payload is only started, not {settle}"
+            raise ValueError(msg)
+        match settle:
+            case Settle.RECOVERED:
+                return ProcessAction.RECOVERED
+            case Settle.READ_AGAIN:
+                raise TransitionConflictError(f"{payload.id}: a newer run was recorded")
+            case Settle.WAIT:
+                return ProcessAction.WAITING
+            case Settle.UNSETTLED:
+                raise StartUnsettledError(payload.id, seen.attempt)
+            case Settle.REPLAY | Settle.SUPERSEDED:
+                if settle is Settle.SUPERSEDED:
+                    _log_superseded(payload, seen)
+                if row_id is not None:
+                    resolution = Resolution.of(seen, replayed=True)
+                    self.dependencies.resolve(payload.id, row_id, resolution)
+                return ProcessAction.REPLAYED
+        msg = f"{payload.id}: {settle} is not a decision that starts nothing"
+        raise ValueError(msg)
 
-    @staticmethod
-    def _should_run(
-        payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
-    ) -> bool:
-        if not seen.state.is_terminal:
-            return False
-        if message_id is not None and seen.claim_message_id == message_id:
-            # A redelivery of the message that started the last attempt is not
-            # a new submission: it must not run the payload again.
-            return False
-        expected = payload.replace_if
-        if expected is not None:
-            # A rerun replaces only the outcome its sender saw. Found otherwise, another
-            # submission replaced it first (a second operator, a retried send): this one is
-            # a duplicate, answered from what is stored. The claim that follows a match is
-            # conditional on that same state and attempt, so of two such reruns one starts.
-            if expected.holds(seen.state, seen.attempt):
-                return True
-            logger.info(
-                "rerun superseded: the payload moved on",
-                extra={
-                    "expected_state": expected.state.value,
-                    "expected_attempt": expected.attempt,
-                    "state": seen.state.value,
-                    "attempt": seen.attempt,
-                },
-            )
-            return False
-        return seen.state.reruns or payload.replace
+    def _facts(self, payload: ProcessPayload, seen: PayloadStateItem | None) -> Facts:
+        """What :func:`settling.decide` needs beyond ``seen``; AWS is asked only for a live one.
+
+        An expired Standard attempt's run is described; an Express one cannot be.
+        """
+        if seen is None or seen.state.is_terminal:
+            return Facts()
+        express = self.runs.is_express(payload.workflow, seen)
+        expired = settling.lease_expired(
+            seen,
+            lease_seconds=lease_seconds(self.claim_lease_seconds, express=express),
+            now=utcnow(),
+        )
+        run = None
+        if expired and not express:
+            run = AttemptRun(self.runs.describe_attempt(payload, seen.attempt))
+        return Facts(express=express, lease_expired=expired, run=run)
+
+    def _record(self, payload: ProcessPayload, facts: Facts) -> UpdateAction:
+        """Record the ended run ``facts`` described, exactly as update-state would."""
+        described = facts.run.description if facts.run is not None else None
+        if described is None:
+            msg = f"{payload.id}: only a described run's end is recorded"
+            raise ValueError(msg)
+        return self.recorder.record_described(described)
+
+
+def _log_superseded(payload: ProcessPayload, seen: PayloadStateItem) -> None:
+    """Say why a rerun replays: the outcome it was sent to replace was replaced first."""
+    expected = payload.replace_if
+    if expected is None:  # only a rerun is superseded
+        return
+    logger.info(
+        "rerun superseded: the payload moved on",
+        extra={
+            "expected_state": expected.state.value,
+            "expected_attempt": expected.attempt,
+            "state": seen.state.value,
+            "attempt": seen.attempt,
+        },
+    )

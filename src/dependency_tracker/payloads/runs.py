@@ -1,26 +1,24 @@
-"""The runs of payloads: start one per attempt, and settle what a lease finds.
+"""The runs of payloads: start one per attempt, and describe it when its lease runs out.
 
-The process flow (waits/process.py) decides *whether* a payload runs; this
-module holds *how*: the execution input, the start under a name derived from
-the payload id and attempt, and what to do when an attempt's lease runs out
-with no final state (record an ended run as update-state would, or start a
-new attempt). Standard starts are idempotent by name; Express starts are not,
-and Express runs cannot be described, so they are never started twice for an
-attempt nor asked about.
+What settling a payload does is decided in payloads/settling.py, from the facts the
+runner (payloads/runner.py) gathers; this module holds only operations on Step Functions:
+the execution input, the start under a name derived from the payload id and attempt, and
+the two questions a live attempt's facts need (is the workflow Express, what became of
+the attempt's run). Standard starts are idempotent by name; Express starts are not, and Express
+runs cannot be described.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import ClientError
 
 from dependency_tracker.core import naming
 from dependency_tracker.core.backoff import is_throttled
-from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.core.errors import (
     InvalidMessageError,
     StartDeferredError,
@@ -29,8 +27,6 @@ from dependency_tracker.core.errors import (
 )
 from dependency_tracker.core.observability import logger, metrics
 from dependency_tracker.core.pacing import current_deadline
-from dependency_tracker.payloads.actions import ProcessAction
-from dependency_tracker.payloads.update_state import UpdateAction, UpdateStateFlow
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
@@ -43,8 +39,6 @@ if TYPE_CHECKING:
     from dependency_tracker.payloads.state_table import StateTable
     from dependency_tracker.table.items import PayloadStateItem
 
-# DescribeExecution statuses of a run that may still end on its own.
-LIVE_STATUSES = frozenset({"RUNNING", "PENDING_REDRIVE"})
 # An Express run stops after five minutes at most; its report then crosses the status-report
 # queue. Past this, an Express attempt without a final state lost its report (or never
 # started): a new attempt runs.
@@ -63,7 +57,7 @@ def lease_seconds(claim_lease_seconds: int, *, express: bool) -> int:
 
 
 class Runs:
-    """Starts payload runs and settles attempts whose lease ran out."""
+    """Starts payload runs and answers what a lease asks about them."""
 
     def __init__(
         self,
@@ -72,7 +66,6 @@ class Runs:
         states: StateTable,
         sfn: SFNClient,
         bucket: PayloadBucket,
-        recorder: UpdateStateFlow,
         pacing: Backoff | None = None,
     ) -> None:
         self.settings = settings
@@ -82,21 +75,9 @@ class Runs:
         self.states = states
         self._sfn = sfn
         self._bucket = bucket
-        # A takeover that finds the run ended records it as update-state would.
-        self.recorder = recorder
         # Per workflow, not per record: a state machine's type never changes, so what one
         # record found holds for every record (two threads may each ask once).
         self._express: dict[str, bool] = {}
-
-    def lease_expired(self, payload: ProcessPayload, seen: PayloadStateItem) -> bool:
-        """Whether a live attempt has gone without a final state for longer than its lease."""
-        if seen.state.is_terminal or seen.claimed_at is None:
-            return False
-        lease = lease_seconds(
-            self.settings.claim_lease_seconds, express=self.is_express(payload.workflow, seen)
-        )
-        age = utcnow() - seen.claimed_at
-        return age.total_seconds() > lease
 
     def is_express(self, workflow: str, seen: PayloadStateItem | None) -> bool:
         """Whether the workflow's runs are Express (not idempotent, not describable).
@@ -119,81 +100,24 @@ class Runs:
             express = self._express[workflow] = described.get("type") == "EXPRESS"
         return express
 
-    def after_lease(
-        self, payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
-    ) -> ProcessAction | None:
-        """The lease ran out and no final state came: find out what became of the run.
+    def describe_attempt(self, payload: ProcessPayload, attempt: int) -> dict[str, Any] | None:
+        """``DescribeExecution`` of ``attempt``'s Standard run; None when there is no such run.
 
-        None while the run lives, or when it never started (the ``CLAIMED`` path
-        then starts it under its deterministic name).
-
-        Raises:
-            TransitionConflictError: A newer report landed meanwhile (read again).
+        The run is named from the payload id and attempt, not read from the item: an item
+        may still name an older run. Express runs cannot be described.
         """
-        arn = self._attempt_arn(payload, seen)
-        if arn is None:
-            # An Express run lasts at most five minutes and cannot be described: past
-            # the lease it is over and its report was lost. A new attempt has a new
-            # name, so it never runs the lost attempt twice.
-            return self.take_over(payload, message_id, seen)
+        arn = naming.execution_arn(
+            self.settings.state_machine_arn(payload.workflow),
+            naming.execution_name(payload.id, attempt),
+        )
         try:
             described = dict(self._sfn.describe_execution(executionArn=arn))
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "ExecutionDoesNotExist":
                 raise
-            if seen.state is PayloadState.CLAIMED:
-                return None  # never started: start it under the same name
-            # Recorded as started, yet gone (its history expired): nothing to wait for.
-            return self.take_over(payload, message_id, seen)
-        status = str(described["status"])
-        logger.info("lease expired", extra={"execution_arn": arn, "status": status})
-        if status in LIVE_STATUSES:
             return None
-        # It ended, and its status has not reached update-state: lost, or still being
-        # retried by EventBridge (for up to 24 hours). Record it exactly as update-state
-        # would; starting again would run a payload that may have succeeded.
-        recorded = self.recorder.record_described(described)
-        if recorded in (UpdateAction.RECORDED, UpdateAction.REPEATED):
-            return ProcessAction.RECOVERED
-        if recorded is UpdateAction.STALE:
-            raise TransitionConflictError(f"{payload.id}: a newer run was recorded")
-        # Its input is no payload of ours (cannot happen for runs we started): run again.
-        return self.take_over(payload, message_id, seen)
-
-    def take_over(
-        self, payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
-    ) -> ProcessAction:
-        """Claim the attempt after ``seen`` (conditionally: once) and start it."""
-        claimed = self.states.claim(payload, seen, message_id=message_id)
-        self.start(payload, claimed.attempt)
-        return ProcessAction.TOOK_OVER
-
-    def restart(
-        self, payload: ProcessPayload, message_id: str | None, seen: PayloadStateItem
-    ) -> ProcessAction:
-        """Start a claimed attempt whose start AWS refused, under the same name (once).
-
-        Nothing ran under its name, so this is its first run; a new attempt would leave
-        the name unused and climb for nothing.
-
-        Raises:
-            TransitionConflictError: Another message restarted it first (read again).
-        """
-        reclaimed = self.states.reclaim_refused(seen, message_id=message_id)
-        self.start(payload, reclaimed.attempt)
-        return ProcessAction.RESUMED_START
-
-    def _attempt_arn(self, payload: ProcessPayload, seen: PayloadStateItem) -> str | None:
-        """The current attempt's execution, derived from its name; None for an Express run.
-
-        Derived, not read from the item: an item may still name an older run.
-        """
-        if self.is_express(payload.workflow, seen):
-            return None
-        return naming.execution_arn(
-            self.settings.state_machine_arn(payload.workflow),
-            naming.execution_name(payload.id, seen.attempt),
-        )
+        logger.info("lease expired", extra={"execution_arn": arn, "status": described["status"]})
+        return described
 
     def check_startable(self, payload: ProcessPayload, task_token: str | None) -> None:
         """Refuse, before anything is written, a payload no execution could take."""
