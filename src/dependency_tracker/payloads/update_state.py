@@ -241,9 +241,10 @@ class UpdateStateFlow:
     def record_described(self, described: dict[str, Any]) -> UpdateAction:
         """Record a run's end found by ``DescribeExecution`` (its event never came).
 
-        The same path as an event: the runner, settling a payload past its lease (payloads/settling.py), uses
-        it for a run that ended while its status event was lost or is still
-        being retried, so nothing runs twice and every waiter is answered.
+        The same path as an event: the runner, settling a payload past its lease
+        (payloads/settling.py), uses it for a run that ended while its status event
+        was lost or is still being retried, so nothing runs twice and every waiter
+        is answered.
         """
         execution = _Execution(self._sfn, str(described["executionArn"]), described)
         try:
