@@ -8,6 +8,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +71,17 @@ def code_of(call: Callable[[], object]) -> str | None:
     except ClientError as exc:
         return str(exc.response["Error"]["Code"])
     return None
+
+
+def age_claim(aws: Aws, pid: str, seconds: int) -> None:
+    """Pretend the current attempt was claimed ``seconds`` ago."""
+    old = (datetime.now(UTC) - timedelta(seconds=seconds)).isoformat()
+    aws.dynamodb.update_item(
+        TableName=aws.states.table_name,
+        Key={"payload_id": {"S": pid}},
+        UpdateExpression="SET claimed_at = :old",
+        ExpressionAttributeValues={":old": {"S": old}},
+    )
 
 
 def wait_until(predicate: Callable[[], Any], *, timeout: float = 20.0, every: float = 0.05) -> Any:

@@ -7,7 +7,6 @@ described (docs/idempotency.md, "Leases").
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from dependency_tracker.core import naming
 from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.payloads.actions import ProcessAction
 from dependency_tracker.payloads.model import ProcessPayload
-from tests.conftest import WORKFLOW_ARN_PREFIX, Aws, fresh_app, payload, payload_id
+from tests.conftest import WORKFLOW_ARN_PREFIX, Aws, age_claim, fresh_app, payload, payload_id
 
 
 def step_functions_calls() -> list[str]:
@@ -29,17 +28,6 @@ def step_functions_calls() -> list[str]:
 
     app.current().runs._sfn.meta.events.register("before-call.states", record)
     return calls
-
-
-def age_claim(aws: Aws, pid: str, seconds: int) -> None:
-    """Pretend the current attempt was claimed ``seconds`` ago."""
-    old = (datetime.now(UTC) - timedelta(seconds=seconds)).isoformat()
-    aws.dynamodb.update_item(
-        TableName=aws.states.table_name,
-        Key={"payload_id": {"S": pid}},
-        UpdateExpression="SET claimed_at = :old",
-        ExpressionAttributeValues={":old": {"S": old}},
-    )
 
 
 @pytest.mark.parametrize("state", [PayloadState.SUCCEEDED, PayloadState.INVALID])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -24,6 +23,7 @@ from tests.conftest import (
     ROLE_ARN,
     WORKFLOW_ARN_PREFIX,
     Aws,
+    age_claim,
     fresh_app,
     load_event,
     payload,
@@ -402,17 +402,6 @@ def test_unknown_workflow_keeps_the_claim_for_the_retry(
     item = aws.states.get(payload_id("item-late", "late"))
     assert item is not None
     assert (item.state, item.attempt) == (PayloadState.PROCESSING, 1)
-
-
-def age_claim(aws: Aws, pid: str, seconds: int) -> None:
-    """Pretend the current attempt was claimed ``seconds`` ago."""
-    old = (datetime.now(UTC) - timedelta(seconds=seconds)).isoformat()
-    aws.dynamodb.update_item(
-        TableName=aws.states.table_name,
-        Key={"payload_id": {"S": pid}},
-        UpdateExpression="SET claimed_at = :old",
-        ExpressionAttributeValues={":old": {"S": old}},
-    )
 
 
 @pytest.mark.usefixtures("workflows")
