@@ -133,7 +133,7 @@ def _sections(target: Target, config: Settings, read: Read[views.Snapshot]) -> d
     snapshot = read.snapshot
     graph = snapshot.graph
     size = config.page_size
-    listed = views.paged([row.join_id for row in snapshot.joins], _number("joins_page"), size)
+    listed = views.paged(snapshot.joins, _number("joins_page"), size)
     payload_page = _number("payloads_page") if "payloads_page" in request.args else _number("page")
     stuck = views.stuck_parents(target, graph, config.stuck_after)
     return {
@@ -142,7 +142,10 @@ def _sections(target: Target, config: Settings, read: Read[views.Snapshot]) -> d
         "counts": views.paged(views.state_counts(snapshot.payloads), _number("counts_page"), size),
         "parents": views.paged(views.waiting(target, graph), _number("parents_page"), size),
         "joins": views.Page(
-            joins.join_progress(target, listed.rows), listed.number, listed.pages, listed.total
+            joins.join_progress(target, listed.rows, snapshot.counts),
+            listed.number,
+            listed.pages,
+            listed.total,
         ),
         "stuck": views.paged(stuck, _number("stuck_page"), size),
         "stuck_after": views_duration(config.stuck_after),

@@ -18,7 +18,7 @@ from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker_cli.ui.links import Execution, execution_link
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from datetime import datetime
 
     from dependency_tracker.joins.rows import JoinItem
@@ -197,9 +197,28 @@ class JoinProgress:
         )
 
 
-def join_progress(target: Target, ids: Sequence[str]) -> list[JoinProgress]:
-    """Progress of the joins ``ids`` (one consistent read of each join's row and counts)."""
-    return [progress_of(target, join_id, *target.joins.read(join_id)) for join_id in ids]
+def read_joins(
+    target: Target, scanned: Sequence[JoinItem]
+) -> tuple[list[JoinItem], dict[str, tuple[int, int]]]:
+    """Each scanned join's row read again with its counts (one consistent read each).
+
+    A join whose row is gone since the scan keeps its scanned row and no counts.
+    """
+    rows: list[JoinItem] = []
+    counts: dict[str, tuple[int, int]] = {}
+    for scanned_row in scanned:
+        row, succeeded, failed = target.joins.read(scanned_row.join_id)
+        rows.append(row or scanned_row)
+        if row is not None:
+            counts[row.join_id] = (succeeded, failed)
+    return rows, counts
+
+
+def join_progress(
+    target: Target, rows: Sequence[JoinItem], counts: Mapping[str, tuple[int, int]]
+) -> list[JoinProgress]:
+    """Progress of the joins ``rows`` with the ``counts`` read with them."""
+    return [progress_of(target, row.join_id, row, *counts.get(row.join_id, (0, 0))) for row in rows]
 
 
 def progress_of(

@@ -106,13 +106,17 @@ class Snapshot:
     payloads: list[PayloadView]
     joins: list[JoinItem] = field(default_factory=list)
     read_at: datetime = field(default_factory=utcnow)
+    # Each listed join's counts (succeeded, failed), read with its row in the same request.
+    counts: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def read_snapshot(target: Target, decided_window: timedelta = joins.DECIDED_WINDOW) -> Snapshot:
     """The live graph (payload states set), the joins listed and every payload's view.
 
     One ``Scan`` of the dependency table: the rows not answered yet, and the join
-    rows decided within ``decided_window`` (the graph keeps only the former).
+    rows decided within ``decided_window`` (the graph keeps only the former). Each
+    join found is then read again with its counts, and that row is the one listed,
+    so the summary and the Joins section agree on which joins still run.
     """
     now = utcnow()
     pages = target.dependencies.scan_pages(
@@ -122,8 +126,9 @@ def read_snapshot(target: Target, decided_window: timedelta = joins.DECIDED_WIND
     graph = WaitGraph.from_rows(rows)
     reader = target.payloads
     graph.set_states(reader.get_many(graph.payload_ids()), source=reader.source)
-    listed = joins.listed([row for row in rows if isinstance(row, JoinItem)], now, decided_window)
-    return Snapshot(graph, all_payloads(target), listed, now)
+    fresh, counts = joins.read_joins(target, [row for row in rows if isinstance(row, JoinItem)])
+    listed = joins.listed(fresh, now, decided_window)
+    return Snapshot(graph, all_payloads(target), listed, now, counts)
 
 
 def all_payloads(target: Target) -> list[PayloadView]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
 from dependency_tracker.joins.rows import JoinItem
@@ -17,6 +17,10 @@ from tests.conftest import payload, payload_id
 from tests.unit.cli.rows import token, waiter
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import pytest
+
     from tests.conftest import Aws
 
 FAILED = PayloadState.FAILED
@@ -89,7 +93,7 @@ def test_a_join_shows_its_counted_members_total_and_quorum(aws: Aws) -> None:
     # WHEN its progress is read
     snapshot = views.read_snapshot(target())
     assert [row.join_id for row in snapshot.joins] == ["j1"]
-    (progress,) = joins.join_progress(target(), ["j1"])
+    (progress,) = joins.join_progress(target(), snapshot.joins, snapshot.counts)
     # THEN 2 of 4 are counted, quorum 3, with the parent's execution
     assert (progress.counted, progress.total, progress.needed) == (2, 4, 3)
     assert progress.execution is not None
@@ -340,3 +344,29 @@ def test_a_join_decided_and_told_is_still_read_and_shown_with_its_outcome(aws: A
     assert "<h1" in text
     assert "gone-1 · join aaaaaaaa</h1>" in text
     assert f'<code class="join-id">{"a" * 64}</code>' in text
+
+
+def test_a_join_decided_while_the_page_reads_is_counted_as_the_section_shows_it(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a running join of 3 (quorum 2)
+    store = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    row = join_row("c" * 64, quorum=2, total=3)
+    assert store.create(row)
+    page_target = target()
+    scan = page_target.dependencies.scan_pages
+
+    def scan_then_decide(**kwargs: Any) -> Iterator[list[Any]]:
+        yield from scan(**kwargs)
+        # AND the tracker decides it right after the page's scan saw it running
+        assert store.decide_join(
+            row.join_id, PayloadState.FAILED, error=DependencyError.QUORUM_UNREACHABLE
+        )
+
+    monkeypatch.setattr(page_target.dependencies, "scan_pages", scan_then_decide)
+    # WHEN the page's snapshot is read
+    snapshot = views.read_snapshot(page_target)
+    # THEN the summary and the Joins section agree: the join is decided in both
+    (progress,) = joins.join_progress(page_target, snapshot.joins, snapshot.counts)
+    assert progress.decided
+    assert views.summary(snapshot, 0, timedelta(hours=24)).joins_running == 0
