@@ -43,6 +43,7 @@ from dependency_tracker.joins.member_list import MemberLists
 from dependency_tracker.joins.notify import JoinNotifier
 from dependency_tracker.joins.registration import JoinRegistration
 from dependency_tracker.joins.registration_rows import ChunkRows
+from dependency_tracker.joins.reopening import MemberReopening
 from dependency_tracker.joins.row_access import RowAccess
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.payloads.bucket import PayloadBucket
@@ -231,6 +232,7 @@ class App:
                 runs=self.runs,
                 recorder=self.update_state,
                 claim_lease_seconds=settings.claim_lease_seconds,
+                reopener=MemberReopening(joins=self.joins),
             )
         if settings.cirrus_state_table is None or settings.cirrus_process_queue_url is None:
             msg = "cirrus mode needs the cirrus state table and process queue"

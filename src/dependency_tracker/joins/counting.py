@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dependency_tracker.core.observability import logger
-from dependency_tracker.joins.decision import decide_if_settled
+from dependency_tracker.joins.decision import decide_from_counts
 
 if TYPE_CHECKING:
     from dependency_tracker.joins.store import JoinStore
@@ -37,11 +37,9 @@ class JoinCounting:
         counted = self.joins.count(member, resolution, retention_days=self.retention_days)
         if not counted:
             logger.info("member outcome already counted")
-        join, succeeded, failed = self.joins.read(member.join_id)
+        join = decide_from_counts(
+            self.joins, member.join_id, winner=member.payload_id, may_succeed=True
+        )
         if join is None:
             logger.warning("membership of a join that does not exist")
-            return counted
-        decide_if_settled(
-            self.joins, join, succeeded, failed, winner=member.payload_id, may_succeed=True
-        )
         return counted

@@ -10,11 +10,13 @@ from dependency_tracker.joins.outputs import MemberOutcome
 from dependency_tracker.joins.rows import ChunkItem
 from dependency_tracker.table.dynamodb import values
 from dependency_tracker.table.items import (
+    MEMBERSHIP_KEY_PREFIX,
     MembershipItem,
     join_partition_for,
     key_attributes,
     membership_id_for,
 )
+from dependency_tracker.table.keys import partition_key
 from dependency_tracker.table.prefixes import CHUNK_KEY_PREFIX
 
 if TYPE_CHECKING:
@@ -109,6 +111,26 @@ def _chunks(access: RowAccess, join_id: str) -> Iterator[ChunkItem]:
         response = access.client.query(**query)
         for item in response.get("Items", []):
             yield ChunkItem.from_item(item)
+        last = response.get("LastEvaluatedKey")
+        if not last:
+            return
+        query["ExclusiveStartKey"] = last
+
+
+def memberships_of(access: RowAccess, payload_id: str) -> Iterator[MembershipItem]:
+    """Every join's membership row under ``payload_id``: one consistent ``Query`` per page."""
+    query: dict[str, Any] = {
+        "TableName": access.table_name,
+        "KeyConditionExpression": "payload_id = :pid AND begins_with(waiter_id, :prefix)",
+        "ExpressionAttributeValues": values(
+            pid=partition_key(payload_id), prefix=MEMBERSHIP_KEY_PREFIX
+        ),
+        "ConsistentRead": True,
+    }
+    while True:
+        response = access.client.query(**query)
+        for item in response.get("Items", []):
+            yield MembershipItem.from_item(item)
         last = response.get("LastEvaluatedKey")
         if not last:
             return

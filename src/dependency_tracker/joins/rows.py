@@ -121,6 +121,9 @@ class JoinItem(DependencyRow):
     members_digest: str | None = None
     # Set by an operator's release while no token of the join is left unanswered.
     released_at: datetime | None = None
+    # Member outcomes taken back for a rerun (joins/reopening.py); a decision holds only
+    # for the count it read, so a take-back between its read and its write refuses it.
+    reopened: int = 0
 
     def tokens(self) -> dict[str, str]:
         """Every task token the join answers, by hash: the first send's, then its retries'."""

@@ -26,6 +26,8 @@ from dependency_tracker.table.keys import recorded_ids
 from dependency_tracker.table.prefixes import JOIN_ROW_KEY
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from dependency_tracker.joins.outputs import MemberOutcome
@@ -62,8 +64,13 @@ class JoinStore:
         winner: str | None = None,
         cycle: list[str] | None = None,
         cause: str | None = None,
+        reopened: int | None = None,
     ) -> bool:
-        """Turn a join terminal, once; False if it already was (it fires only once)."""
+        """Turn a join terminal, once; False if it already was (it fires only once).
+
+        ``reopened``: the take-backs the deciding read saw; a decision from counts
+        is refused when a rerun took an outcome back since (False, still undecided).
+        """
         sets = ["workflow_state = :state", "resolved_at = :now", "updated_at = :now"]
         plain: dict[str, object] = {
             "state": state.value,
@@ -88,6 +95,13 @@ class JoinStore:
             # Whole ids while they fit, then key forms: a cycle of any ids fits the row,
             # and the summary names the key forms it can (joins/summary.py).
             plain["cycle"] = recorded_ids(cycle, MAX_RECORDED_CYCLE_BYTES)
+        condition = "workflow_state = :processing"
+        if reopened is not None:
+            # A row written before take-backs existed has no ``reopened``: none happened.
+            condition += " AND (reopened = :reopened" + (
+                ")" if reopened else " OR attribute_not_exists(reopened))"
+            )
+            plain["reopened"] = reopened
         extra: dict[str, Any] = {"ExpressionAttributeNames": names} if names else {}
         return (
             update_if(
@@ -95,7 +109,7 @@ class JoinStore:
                 TableName=self.table_name,
                 Key=key_attributes(payload_id=join_partition_for(join_id), waiter_id=JOIN_ROW_KEY),
                 UpdateExpression="SET " + ", ".join(sets),
-                ConditionExpression="workflow_state = :processing",
+                ConditionExpression=condition,
                 ExpressionAttributeValues=values(**plain),
                 **extra,
             )
@@ -139,6 +153,10 @@ class JoinStore:
             self._access, member, resolution, retention_days=retention_days
         )
 
+    def take_back(self, member: MembershipItem) -> bool:
+        """Return a resolved member of an undecided join to ``PROCESSING``, its count with it."""
+        return count_rows.take_back(self._access, member)
+
     def read(self, join_id: str) -> tuple[JoinItem | None, int, int]:
         """The join row and its counts (succeeded, failed): one consistent ``BatchGetItem``."""
         return count_rows.read_counts(self._access, join_id)
@@ -148,3 +166,7 @@ class JoinStore:
     def members(self, join_id: str) -> tuple[list[MemberOutcome], list[str]]:
         """Each member the chunk rows name, once, with its outcome (manifest order); duplicates."""
         return member_rows.member_outcomes(self._access, join_id)
+
+    def memberships_of(self, payload_id: str) -> Iterator[MembershipItem]:
+        """Every join's membership row under one member payload."""
+        return member_rows.memberships_of(self._access, payload_id)

@@ -52,6 +52,14 @@ STARTS = {
 }
 
 
+class Reopener(Protocol):
+    """Takes back the outcomes of a payload's earlier run that undecided joins counted."""
+
+    def reopen(self, payload_id: str) -> int:
+        """Before a later attempt of ``payload_id`` starts; how many were taken back."""
+        ...
+
+
 class PayloadRunner(Protocol):
     """Settles payloads whose waiter rows are written."""
 
@@ -94,8 +102,11 @@ class TrackerRunner:
         runs: Runs,
         recorder: UpdateStateFlow,
         claim_lease_seconds: int,
+        reopener: Reopener | None = None,
     ) -> None:
         self.states = states
+        # A later attempt's joins count its outcome, not the earlier one's.
+        self.reopener = reopener
         self.dependencies = dependencies
         self.runs = runs
         # A lease that finds the run ended records it as update-state would.
@@ -152,7 +163,12 @@ class TrackerRunner:
         started = STARTS.get(settle)
         if started is None:
             return self._leave(settle, payload, seen, row_id)
-        self.runs.start(payload, self._attempt(settle, payload, message_id, seen))
+        attempt = self._attempt(settle, payload, message_id, seen)
+        if attempt > 1 and self.reopener is not None:
+            # Claimed and not started yet: the run's end comes after this, so it
+            # finds the rows taken back in PROCESSING (and a resumed start does it again).
+            self.reopener.reopen(payload.id)
+        self.runs.start(payload, attempt)
         return started
 
     def _attempt(
