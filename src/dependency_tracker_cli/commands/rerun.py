@@ -35,6 +35,7 @@ from dependency_tracker.payloads.bucket import goes_by_reference, reference_body
 from dependency_tracker.payloads.model import ProcessPayload, ReplaceIf
 from dependency_tracker.table.prefixes import INVALID_MESSAGE_PREFIX
 from dependency_tracker_cli import io, render
+from dependency_tracker_cli.commands.join_members import failed_members
 from dependency_tracker_cli.commands.list_cmd import (
     Collection,
     ErrorText,
@@ -182,6 +183,17 @@ def rerun(
             show_default=False,
         ),
     ] = None,
+    join: Annotated[
+        str | None,
+        typer.Option(
+            "--join",
+            metavar="JOIN_ID",
+            help="Select the join's members whose latest outcome failed (FAILED, ABORTED "
+            "or INVALID); while the join is undecided, what their reruns end in counts.",
+            rich_help_panel="Filters",
+            show_default=False,
+        ),
+    ] = None,
     workflow: Workflow = None,
     collection: Collection = None,
     older_than: OlderThan = None,
@@ -224,9 +236,14 @@ def rerun(
     state (or unknown) is refused: nothing is sent, exit 3 (with --skip-others:
     skipped, exit 0). The tracker's records of refused messages are never selected.
 
+    With --join JOIN_ID the join's failed members are selected; while the join
+    is undecided each one's rerun takes its failure back, and what the rerun
+    ends in is counted instead.
+
     Examples:
       dependency-tracker rerun sentinel-2-l2a/workflow-cog/tile-1 --dry-run
       dependency-tracker rerun --state FAILED --workflow cog --older-than 1h
+      dependency-tracker rerun --join 3f2a9c1d... --dry-run
       dependency-tracker rerun s2/workflow-cog/tile-1 --from fixed.json
     """
     target.use_cirrus(prefix=cirrus_prefix, state_table=cirrus_state_table)
@@ -249,13 +266,10 @@ def rerun(
         )
         page = PageRequest(limit=limit, max_pages=max_pages)
         wanted += [pid for pid in _selected(target, selection, page) if pid not in wanted]
-    elif not wanted:
-        if not documents:
-            raise typer.BadParameter(
-                "name payloads, select them with --state, or give their documents with --from",
-                param_hint="'PAYLOAD_ID'",
-            )
-        wanted = list(documents)
+    if join is not None:
+        wanted += [pid for pid in failed_members(target, join, limit) if pid not in wanted]
+    elif not wanted and not state:
+        wanted = _named_by(documents)
     views = target.payloads.get_many(wanted)
     reruns = [Rerun(pid, views.get(pid)) for pid in wanted]
     _refuse_others(reruns, skip_others=skip_others)
@@ -274,6 +288,17 @@ def rerun(
     if not dry_run:
         _send(target, ready)
     _show(reruns, dry_run=dry_run, json_output=json_output)
+
+
+def _named_by(documents: dict[str, dict[str, Any]]) -> list[str]:
+    """``--from``'s payload ids, when nothing else selects payloads."""
+    if not documents:
+        raise typer.BadParameter(
+            "name payloads, select them with --state or --join, "
+            "or give their documents with --from",
+            param_hint="'PAYLOAD_ID'",
+        )
+    return list(documents)
 
 
 def _selected(target: Target, wanted: PayloadFilter, page: PageRequest) -> list[str]:

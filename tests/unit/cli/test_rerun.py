@@ -11,9 +11,16 @@ from typer.testing import CliRunner
 from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.core.limits import SQS_DEFAULT_MAX_MESSAGE_BYTES
 from dependency_tracker.intake.parse import read_message
+from dependency_tracker.joins.rows import ChunkItem, JoinItem
+from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.payloads.bucket import PayloadBucket
 from dependency_tracker.payloads.model import ProcessPayload
-from dependency_tracker.table.items import InvalidMessageItem
+from dependency_tracker.table.items import (
+    InvalidMessageItem,
+    MembershipItem,
+    Resolution,
+    membership_id_for,
+)
 from dependency_tracker.table.prefixes import INVALID_MESSAGE_PREFIX
 from dependency_tracker.waits.messages import ProcessMessage
 from dependency_tracker_cli.__main__ import app
@@ -249,3 +256,59 @@ def test_state_invalid_never_selects_the_trackers_records_of_refused_messages(aw
     shown = json.loads(result.stdout)
     assert [one["payload_id"] for one in shown["payloads"]] == [pid]
     assert not any(record in result.output for record in records)
+
+
+def test_join_selects_its_members_whose_latest_outcome_failed(aws: Aws) -> None:
+    # GIVEN a join of 3: A failed, B succeeded, C still running
+    now = utcnow()
+    succeeded = payload("jb", workflow="cog")
+    aws.finished_payload(succeeded, PayloadState.SUCCEEDED)
+    ids = [
+        ran(aws, payload("ja", workflow="cog"), PayloadState.FAILED),
+        payload_id(succeeded),
+        payload_id(payload("jc", workflow="cog")),
+    ]
+    store = JoinStore(aws.dynamodb, aws.dependencies.table_name)
+    join = JoinItem(
+        payload_id="join#jr",
+        waiter_id="join",
+        join_id="jr",
+        task_token="token-jr",
+        quorum=2,
+        total=3,
+        registered=3,
+        created_at=now,
+        updated_at=now,
+    )
+    assert store.create(join)
+    aws.chunk_rows.start_chunk(ChunkItem.of("jr", 0, ids, [], now))
+    aws.chunk_rows.register_members(
+        [
+            MembershipItem(
+                payload_id=pid,
+                waiter_id=membership_id_for("jr"),
+                join_id="jr",
+                chunk=0,
+                created_at=now,
+                updated_at=now,
+            )
+            for pid in ids
+        ]
+    )
+    for pid, state in zip(ids, (PayloadState.FAILED, PayloadState.SUCCEEDED), strict=False):
+        aws.dependencies.resolve(pid, membership_id_for("jr"), Resolution(state=state))
+    # WHEN the join's failed members are rerun
+    result = invoke("--join", "jr", "--json")
+    # THEN only A is sent, with what it replaces
+    assert result.exit_code == 0, result.output
+    (sent,) = queued(aws)
+    assert ProcessPayload.model_validate(sent).id == ids[0]
+    assert sent["process"][0]["replace_if"] == {"state": "FAILED", "attempt": 1}
+    # AND once the join is decided, a rerun is still sent, with a note that it no longer counts
+    assert store.decide_join("jr", PayloadState.SUCCEEDED)
+    again = invoke("--join", "jr", "--dry-run")
+    assert again.exit_code == 0, again.output
+    assert "no longer change its outcome" in again.stderr
+    # AND an unknown join is an error naming it, exit 5
+    unknown = invoke("--join", "nope")
+    assert (unknown.exit_code, "no join nope" in unknown.stderr) == (5, True)
