@@ -37,6 +37,7 @@ from dependency_tracker.intake.route import Intake
 from dependency_tracker.joins.adoption import JoinAdoption
 from dependency_tracker.joins.chunks import ChunkRegistrar
 from dependency_tracker.joins.counting import JoinCounting
+from dependency_tracker.joins.deadlines import JoinDeadlines
 from dependency_tracker.joins.fan_out import ChunkFanOut
 from dependency_tracker.joins.manifest import ManifestReader
 from dependency_tracker.joins.member_list import MemberLists
@@ -402,6 +403,18 @@ class App:
             states=CirrusStateTable(self.clients.dynamodb, self.settings.cirrus_state_table),
             dependencies=self.dependencies,
             executions_url=self.settings.cirrus_executions_url,
+        )
+
+    @property
+    def deadlines(self) -> JoinDeadlines:
+        """Joins decided at their deadlines (the sweeper's minute schedule)."""
+        return self._part(
+            "deadlines",
+            lambda: JoinDeadlines(
+                joins=self.joins,
+                client=self.dependencies.client,
+                table_name=self.dependencies.table_name,
+            ),
         )
 
     @property

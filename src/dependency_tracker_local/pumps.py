@@ -464,6 +464,8 @@ class SchedulePump:
     # Its timeout when the model has none for it (the template's, 120 s).
     timeout_seconds: float = 120
     name: str = "sweeper"
+    # The rule's constant Input: EventBridge sends it instead of the scheduled event.
+    input: dict[str, Any] | None = None
     clock: Callable[[], float] = time.monotonic
     platform: PlatformModel | None = field(default_factory=default_model)
     invocations: int = 0
@@ -504,7 +506,11 @@ class SchedulePump:
                 ``timeout_seconds``); any error of the handler.
         """
         self.invocations += 1
-        event = scheduled_event(rule_arn=self.rule_arn, region=self.region, account=self.account)
+        event = (
+            dict(self.input)
+            if self.input is not None
+            else scheduled_event(rule_arn=self.rule_arn, region=self.region, account=self.account)
+        )
         with _new_chain(self.platform, self.function_name):
             return invoke(
                 _timeouts(self.platform),

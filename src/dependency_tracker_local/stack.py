@@ -62,6 +62,9 @@ _IAM_LOGGER = logging.getLogger(iam_model.__name__)
 STOP_TIMEOUT_SECONDS = 120.0
 # The sweeper's schedule, as the template's (rate(5 minutes)).
 DEFAULT_SWEEPER_INTERVAL_SECONDS = 300.0
+# The deadlines schedule (rate(1 minute) in the template): every second here, so a join's
+# deadline is decided within a few seconds on the embedded stack.
+DEFAULT_DEADLINES_INTERVAL_SECONDS = 1.0
 # A queue's outputs are its logical id + Url (+ Arn for a queue a trigger reads), but the
 # cirrus-events queue's kept their first names, which programs and tests read.
 _QUEUE_OUTPUTS = {"CirrusEventsQueue": "CirrusEventQueue", "CirrusEventsDlq": "CirrusEventDlq"}
@@ -121,7 +124,8 @@ class EmbeddedStack:
     The sweeper runs every ``sweeper_interval`` seconds (None: never on its
     own) and once on demand with :meth:`sweep_once`; ``sweeper_min_age_seconds``
     overrides how long it leaves a terminal row to the stream (the deployed
-    default, 15 minutes, is long for a test).
+    default, 15 minutes, is long for a test). Its deadlines schedule (the
+    template's minute) runs every ``deadlines_interval`` seconds (None: never).
 
     With ``iam`` (the default, unless ``DEPTRACK_IAM=0``) each handler the stack
     runs calls AWS as its function's role, and each state machine's tasks as the
@@ -168,6 +172,7 @@ class EmbeddedStack:
         function_timeouts: dict[str, float] | None = None,
         sweeper_interval: float | None = DEFAULT_SWEEPER_INTERVAL_SECONDS,
         sweeper_min_age_seconds: int | None = None,
+        deadlines_interval: float | None = DEFAULT_DEADLINES_INTERVAL_SECONDS,
         cirrus: bool | str = False,
         iam: bool | None = None,
         parameters: Mapping[str, str] | None = None,
@@ -211,6 +216,7 @@ class EmbeddedStack:
         self._join_maximum_concurrency: int | None = None
         self._sweeper_interval = sweeper_interval
         self._sweeper_min_age_seconds = sweeper_min_age_seconds
+        self._deadlines_interval = deadlines_interval
         self._strict_block: contextlib.ExitStack | None = None
         self.endpoint_url: str | None = None
         self._saved_env: dict[str, str | None] = {}
@@ -694,10 +700,19 @@ class EmbeddedStack:
             region=self.region,
             account=ACCOUNT,
         )
+        # Its minute schedule, whose input asks only for the joins past their deadline.
+        deadlines = SchedulePump(
+            handler=invoker.wrap(self._as_role("sweeper", sweeper.lambda_handler)),
+            interval=self._deadlines_interval or 0.0,
+            region=self.region,
+            account=ACCOUNT,
+            name="deadlines",
+            input={sweeper.DEADLINES_EVENT_KEY: True},
+        )
         if self.cirrus is not None:
             self.pumps.update(self.cirrus.pumps(client=self.client, wrap=invoker.wrap))
         # One model for every pump (the cirrus ones too), or none with the model off.
-        for pump in [*self.pumps.values(), self._sweeper]:
+        for pump in [*self.pumps.values(), self._sweeper, deadlines]:
             pump.platform = self.platform
         for name, maximum in (
             ("sqs", self._process_maximum_concurrency),
@@ -710,6 +725,9 @@ class EmbeddedStack:
         if self._sweeper_interval is not None:
             self.pumps["sweeper"] = self._sweeper
             pumps.append(self._sweeper)
+        if self._deadlines_interval is not None:
+            self.pumps["deadlines"] = deadlines
+            pumps.append(deadlines)
         self._runner = PumpRunner(pumps, poll_interval=self._poll_interval)
         self._runner.start()
 

@@ -49,6 +49,8 @@ class DependencyError(StrEnum):
     QUORUM_UNREACHABLE = "QuorumUnreachable"
     INVALID_JOIN = "InvalidJoin"
     CYCLE = "DependencyCycle"
+    # A join's deadline passed with fewer than ``min_succeeded`` members succeeded.
+    DEADLINE_EXCEEDED = "JoinDeadlineExceeded"
     # Sent by an operator (``dependency-tracker release``), never by the tracker itself.
     RELEASED = "DependencyReleased"
 

@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dependency_tracker.core.enums import DependencyError
+from dependency_tracker.core.enums import DependencyError, utcnow
 from dependency_tracker.core.envelopes import S3_SCHEME, is_s3_url
 from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.core.tokens import token_hash
+from dependency_tracker.joins.deadlines import deadline_problem
 from dependency_tracker.payloads.documents import (
     PayloadLoader,
     dereference,
@@ -38,6 +39,10 @@ class JoinSpec(BaseModel):
     join_id: str | None = Field(default=None, pattern=JOIN_ID_PATTERN)
     waiter_payload_id: Utf8Str | None = None
     parent_execution: Utf8Str | None = None
+    # An RFC 3339 time or whole seconds after registration, and the successes it needs:
+    # any JSON value here, checked by joins/deadlines.py so each refusal names its field.
+    deadline: Any = None
+    min_succeeded: Any = None
 
 
 class JoinMessage(BaseModel):
@@ -92,6 +97,12 @@ class JoinMessage(BaseModel):
         if spec.quorum is not None and spec.quorum < 1:
             raise invalid(f"quorum must be at least 1, got {spec.quorum}")
         raw_payloads, url = document.get("payloads"), document.get("payloads_url")
+        listed = len(raw_payloads) if isinstance(raw_payloads, list) and url is None else None
+        problem = deadline_problem(
+            spec.deadline, spec.min_succeeded, quorum=spec.quorum, total=listed, now=utcnow()
+        )
+        if problem is not None:
+            raise invalid(problem)
         if url is not None:
             if raw_payloads is not None:
                 raise invalid("a join takes 'payloads' or 'payloads_url', not both")
@@ -108,15 +119,9 @@ class JoinMessage(BaseModel):
             duplicates=duplicates,
             message_id=message_id,
         )
-        total = message.total
-        if total is not None and spec.quorum is not None and spec.quorum > total:
-            raise invalid(
-                f"quorum must be between 1 and the {total} distinct payloads, got {spec.quorum}"
-            )
-        if spec.quorum is not None and spec.quorum > len(raw_payloads):
-            raise invalid(
-                f"quorum {spec.quorum} is more than the {len(raw_payloads)} payloads listed"
-            )
+        problem = _count_problem(spec, message.total, len(raw_payloads))
+        if problem is not None:
+            raise invalid(problem)
         return message
 
 
@@ -153,6 +158,18 @@ class JoinChunkMessage(BaseModel):
     def join_id(self) -> str:
         """The join this chunk belongs to."""
         return self.join_chunk.join_id
+
+
+def _count_problem(spec: JoinSpec, total: int | None, listed: int) -> str | None:
+    """Why the quorum or ``min_succeeded`` asks for more than the payloads listed; None if not."""
+    if total is not None and spec.quorum is not None and spec.quorum > total:
+        return f"quorum must be between 1 and the {total} distinct payloads, got {spec.quorum}"
+    if spec.quorum is not None and spec.quorum > listed:
+        return f"quorum {spec.quorum} is more than the {listed} payloads listed"
+    least = spec.min_succeeded
+    if total is not None and isinstance(least, int) and least > total:
+        return f"join.min_succeeded {least} is more than the {total} distinct payloads"
+    return None
 
 
 def read_members(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -56,6 +57,9 @@ class JoinSummary(BaseModel):
     # Members of n in no list: the join was decided before their chunk was registered,
     # so it never started them (only for a join decided early; n is known).
     unregistered: int = 0
+    # A join with a deadline: when it falls, and "deadline" once the deadline decided it.
+    deadline: datetime | None = None
+    decided_by: str | None = None
 
     @classmethod
     def of(
@@ -90,6 +94,8 @@ class JoinSummary(BaseModel):
             winner=_winner(join, members) if join.quorum == 1 else None,
             duplicates=duplicates or [],
             cycle=join.cycle,
+            deadline=join.deadline_at,
+            decided_by=join.decided_by,
         )
 
     @classmethod
@@ -121,6 +127,7 @@ class JoinSummary(BaseModel):
             exclude.add("cycle")
         if not self.unregistered:
             exclude.add("unregistered")
+        exclude.update(name for name in ("deadline", "decided_by") if getattr(self, name) is None)
         return self.model_dump_json(exclude=exclude)
 
     def reference(self, summary_url: str | None, limit: int = MAX_JOIN_OUTPUT_BYTES) -> str:

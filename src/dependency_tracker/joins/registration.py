@@ -26,6 +26,7 @@ from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
 from dependency_tracker.core.errors import InvalidMessageError, StartDeferredError
 from dependency_tracker.core.observability import log_keys, logger, metrics, redact_token
 from dependency_tracker.joins.adoption import members_digest
+from dependency_tracker.joins.deadlines import deadline_fields
 from dependency_tracker.joins.manifest import ObjectVersion, changed_cause
 from dependency_tracker.joins.member_list import Position
 from dependency_tracker.joins.rows import JoinItem
@@ -89,6 +90,7 @@ class JoinRegistration:
             members_digest=None if message.payloads_url else members_digest(message.entries),
             created_at=now,
             updated_at=now,
+            **deadline_fields(join_id, message.join.deadline, message.join.min_succeeded, now),
         )
         fresh = self.joins.create(row)
         if not fresh:

@@ -56,6 +56,8 @@ JOIN_COUNT_SHARDS = 4
 # Task tokens one join row holds: its parent's first send and the sends its Retry made
 # (each token up to 2,048 characters: the row stays far below DynamoDB's 400 KB).
 MAX_JOIN_TOKENS = 25
+# Successes a join with a deadline needs at the deadline when ``min_succeeded`` is not given.
+DEFAULT_MIN_SUCCEEDED = 1
 
 # The whole ids a chunk row keeps beside its member keys take what is left of DynamoDB's
 # 400 KB item once the keys and the duplicates' keys recording the chunk may add (at
@@ -124,6 +126,14 @@ class JoinItem(DependencyRow):
     # Member outcomes taken back for a rerun (joins/reopening.py); a decision holds only
     # for the count it read, so a take-back between its read and its write refuses it.
     reopened: int = 0
+    # The deadline (joins/deadlines.py): when the join is decided with what has succeeded,
+    # the fewest successes it may end with, and whether the deadline decided it.
+    deadline_at: datetime | None = None
+    min_succeeded: int | None = None
+    decided_by: str | None = None
+    # Keys of the deadlines index while undecided (sparse: a decision removes them).
+    deadline_shard: str | None = None
+    deadline_epoch: int | None = None
 
     def tokens(self) -> dict[str, str]:
         """Every task token the join answers, by hash: the first send's, then its retries'."""
@@ -170,13 +180,34 @@ class JoinItem(DependencyRow):
         total, needed = self.known_total, self.needed
         if total is not None and needed is not None and needed > total:
             return PayloadState.FAILED, DependencyError.INVALID_JOIN
+        if total is not None and self.least > total:
+            return PayloadState.FAILED, DependencyError.INVALID_JOIN
         if needed is not None and succeeded >= needed:
             return PayloadState.SUCCEEDED, None
-        if self.quorum is None and failed > 0:
+        if self.deadline_at is None and self.quorum is None and failed > 0:
             return PayloadState.FAILED, DependencyError.QUORUM_UNREACHABLE
-        if total is not None and needed is not None and failed > total - needed:
+        if total is not None and failed > total - self.least:
             return PayloadState.FAILED, DependencyError.QUORUM_UNREACHABLE
         return None
+
+    @property
+    def least(self) -> int:
+        """The fewest successes the join can still end well with.
+
+        k (or n) without a deadline; with one, ``min_succeeded`` (1 unless given),
+        since the deadline succeeds with that many: the join fails early only once
+        even those are out of reach.
+        """
+        if self.deadline_at is not None:
+            return DEFAULT_MIN_SUCCEEDED if self.min_succeeded is None else self.min_succeeded
+        needed = self.needed
+        return 1 if needed is None else needed
+
+    def at_deadline(self, succeeded: int) -> tuple[PayloadState, DependencyError | None]:
+        """How the deadline decides the join with ``succeeded`` members succeeded."""
+        if succeeded >= self.least:
+            return PayloadState.SUCCEEDED, None
+        return PayloadState.FAILED, DependencyError.DEADLINE_EXCEEDED
 
     def counts(self, succeeded: int, failed: int) -> JoinCounts:
         """Counts with ``pending`` = registered (or n) minus those that ended."""

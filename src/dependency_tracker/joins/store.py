@@ -65,11 +65,14 @@ class JoinStore:
         cycle: list[str] | None = None,
         cause: str | None = None,
         reopened: int | None = None,
+        decided_by: str | None = None,
     ) -> bool:
         """Turn a join terminal, once; False if it already was (it fires only once).
 
         ``reopened``: the take-backs the deciding read saw; a decision from counts
         is refused when a rerun took an outcome back since (False, still undecided).
+        ``decided_by``: what decided it when not its counts (``deadline``). The join
+        leaves the deadlines index either way: its deadline is cancelled.
         """
         sets = ["workflow_state = :state", "resolved_at = :now", "updated_at = :now"]
         plain: dict[str, object] = {
@@ -89,6 +92,9 @@ class JoinStore:
             sets.append("#cause = :cause")
             names["#cause"] = "cause"
             plain["cause"] = clip(cause, MAX_REFUSAL_CAUSE_CHARS)
+        if decided_by is not None:
+            sets.append("decided_by = :decided_by")
+            plain["decided_by"] = decided_by
         if cycle is not None:
             sets.append("#cycle = :cycle")
             names["#cycle"] = "cycle"
@@ -108,7 +114,7 @@ class JoinStore:
                 self._client,
                 TableName=self.table_name,
                 Key=key_attributes(payload_id=join_partition_for(join_id), waiter_id=JOIN_ROW_KEY),
-                UpdateExpression="SET " + ", ".join(sets),
+                UpdateExpression="SET " + ", ".join(sets) + " REMOVE deadline_shard",
                 ConditionExpression=condition,
                 ExpressionAttributeValues=values(**plain),
                 **extra,

@@ -10,6 +10,10 @@ TTL_ATTRIBUTE = "expiration_time"
 # The callback reads and filters a record's NewImage only; an old image would be one
 # more copy of every task token in the stream (template.yaml sets the same).
 STREAM_VIEW_TYPE = "NEW_IMAGE"
+# The sparse index of undecided joins with a deadline (joins/deadlines.py): a few shard
+# keys, each sorted by the deadline in epoch seconds; a decision removes the shard key.
+DEADLINES_INDEX = "deadlines"
+DEADLINE_INDEX_KEYS = ("deadline_shard", "deadline_epoch")
 
 
 def state_table_definition(name: str) -> dict[str, Any]:
@@ -34,6 +38,18 @@ def dependency_table_definition(name: str) -> dict[str, Any]:
         "AttributeDefinitions": [
             {"AttributeName": partition, "AttributeType": "S"},
             {"AttributeName": sort, "AttributeType": "S"},
+            {"AttributeName": DEADLINE_INDEX_KEYS[0], "AttributeType": "S"},
+            {"AttributeName": DEADLINE_INDEX_KEYS[1], "AttributeType": "N"},
+        ],
+        "GlobalSecondaryIndexes": [
+            {
+                "IndexName": DEADLINES_INDEX,
+                "KeySchema": [
+                    {"AttributeName": DEADLINE_INDEX_KEYS[0], "KeyType": "HASH"},
+                    {"AttributeName": DEADLINE_INDEX_KEYS[1], "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
         ],
         "BillingMode": "PAY_PER_REQUEST",
         "StreamSpecification": {"StreamEnabled": True, "StreamViewType": STREAM_VIEW_TYPE},

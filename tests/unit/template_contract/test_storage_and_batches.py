@@ -33,6 +33,7 @@ def test_tables_match_the_schema_the_code_uses(stack: Stack) -> None:
         expected = build(properties["TableName"])
         for key in ("KeySchema", "BillingMode"):
             assert properties[key] == expected[key], (logical_id, key)
+        assert properties.get("GlobalSecondaryIndexes") == expected.get("GlobalSecondaryIndexes")
         assert sorted(properties["AttributeDefinitions"], key=str) == sorted(
             expected["AttributeDefinitions"], key=str
         )
