@@ -113,6 +113,9 @@ JOIN_ERRORS: tuple[str, ...] = (
     DependencyError.INVALID_JOIN.value,
     DependencyError.CYCLE.value,
 )
+# Sent to a join with a deadline that passed with too few successes: caught only by a
+# state made with a deadline (an ``on_error`` mapping names it then).
+DEADLINE_ERROR = DependencyError.DEADLINE_EXCEEDED.value
 # The catch-all error name: allowed last in ``on_error`` (for your own handling).
 CATCH_ALL = "States.ALL"
 DEFAULT_TIMEOUT_SECONDS = 300
@@ -245,6 +248,9 @@ def join_state(
     timeout_seconds: int | None = DEFAULT_TIMEOUT_SECONDS,
     timeout_seconds_path: str | None = None,
     waiter_payload_id_path: str | None = None,
+    deadline: int | str | None = None,
+    deadline_path: str | None = None,
+    min_succeeded: int | None = None,
     comment: str | None = None,
     partition: str = DEFAULT_PARTITION,
 ) -> dict[str, Any]:
@@ -269,6 +275,11 @@ def join_state(
         timeout_seconds: The callback timeout.
         timeout_seconds_path: JSONPath to the callback timeout, in place of ``timeout_seconds``.
         waiter_payload_id_path: JSONPath to the waiting payload's id, if it has one.
+        deadline: When the join is decided with what succeeded: an RFC 3339 time or
+            whole seconds after the tracker registers it (keep the timeout past it).
+            The state then also catches :data:`DEADLINE_ERROR`.
+        deadline_path: JSONPath to the deadline, in place of ``deadline``.
+        min_succeeded: Successes the join needs at its deadline (1 when not given).
         comment: The state's ``Comment``.
         partition: The AWS partition of the ``Resource`` ARN.
 
@@ -305,6 +316,8 @@ def join_state(
         join["join_id.$"] = _path(join_id_path, "join_id_path")
     if waiter_payload_id_path is not None:
         join["waiter_payload_id.$"] = _path(waiter_payload_id_path, "waiter_payload_id_path")
+    with_deadline = _deadline(deadline, deadline_path, min_succeeded)
+    join.update(with_deadline)
     body: dict[str, Any] = {"join": join}
     if payloads_path is not None:
         body["payloads.$"] = _path(payloads_path, "payloads_path")
@@ -313,7 +326,7 @@ def join_state(
     return _task(
         queue_url,
         body,
-        errors=JOIN_ERRORS,
+        errors=JOIN_ERRORS + ((DEADLINE_ERROR,) if with_deadline else ()),
         on_error=on_error,
         result_path=result_path,
         error_path=error_path,
@@ -323,6 +336,26 @@ def join_state(
         comment=comment,
         partition=partition,
     )
+
+
+def _deadline(
+    deadline: int | str | None, deadline_path: str | None, min_succeeded: int | None
+) -> dict[str, Any]:
+    """The join fields of a deadline (none without one); the tracker checks the values."""
+    if deadline is not None and deadline_path is not None:
+        msg = "give at most one of deadline and deadline_path"
+        raise ValueError(msg)
+    fields: dict[str, Any] = {}
+    if deadline is not None:
+        fields["deadline"] = deadline
+    elif deadline_path is not None:
+        fields["deadline.$"] = _path(deadline_path, "deadline_path")
+    if min_succeeded is not None:
+        if not fields:
+            msg = "min_succeeded needs a deadline (or deadline_path)"
+            raise ValueError(msg)
+        fields["min_succeeded"] = min_succeeded
+    return fields
 
 
 def catchers(

@@ -68,11 +68,13 @@ def test_every_error_name_the_tracker_sends_is_caught_by_one_of_the_two_states()
     }
     # WHEN both states are built with one target for everything
     wait = asl.wait_state(QUEUE, on_error="Failed")
-    join = asl.join_state(QUEUE, on_error="Failed")
+    join = asl.join_state(QUEUE, on_error="Failed", deadline=3600)
     # THEN together they catch every name, each its own plus the callback timeout
     assert set(caught(wait)) | set(caught(join)) == sent | {"States.Timeout"}
     assert caught(wait) == [*asl.WAIT_ERRORS, "States.Timeout"]
-    assert caught(join) == [*asl.JOIN_ERRORS, "States.Timeout"]
+    assert caught(join) == [*asl.JOIN_ERRORS, asl.DEADLINE_ERROR, "States.Timeout"]
+    # AND a join without a deadline catches no deadline error (a mapping need not name it)
+    assert caught(asl.join_state(QUEUE, on_error="Failed")) == [*asl.JOIN_ERRORS, "States.Timeout"]
     assert not any(name.startswith("States.") for name in (*asl.WAIT_ERRORS, *asl.JOIN_ERRORS))
 
 
@@ -123,6 +125,27 @@ def test_join_state_sends_a_join_with_a_list_or_a_manifest() -> None:
     assert listed["Next"] == "Next"
     assert manifest["TimeoutSecondsPath"] == "$.timeout"
     assert "TimeoutSeconds" not in manifest
+
+
+def test_join_state_with_a_deadline_sends_what_the_tracker_reads() -> None:
+    # GIVEN a quorum join whose deadline comes from the input, needing 2 by then
+    state = asl.join_state(
+        QUEUE, on_error="F", quorum=3, deadline_path="$.by", min_succeeded=2
+    )
+    # WHEN its paths are filled with an RFC 3339 time
+    body = body_of(
+        state, {"$.payloads": [PAYLOAD] * 3, "$.by": "2026-12-01T06:00:00Z", **CONTEXT}
+    )
+    # THEN the join carries both fields as the contract has them
+    assert (body["join"]["deadline"], body["join"]["min_succeeded"]) == (
+        "2026-12-01T06:00:00Z",
+        2,
+    )
+    # AND the options that cannot go together are refused
+    with pytest.raises(ValueError, match="min_succeeded needs a deadline"):
+        asl.join_state(QUEUE, on_error="F", min_succeeded=2)
+    with pytest.raises(ValueError, match="at most one of deadline and deadline_path"):
+        asl.join_state(QUEUE, on_error="F", deadline=60, deadline_path="$.by")
 
 
 def test_a_mapping_of_error_targets_groups_them_and_puts_the_catch_all_last() -> None:

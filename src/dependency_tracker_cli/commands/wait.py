@@ -89,6 +89,27 @@ def wait(
             show_default=False,
         ),
     ] = None,
+    deadline: Annotated[
+        str | None,
+        typer.Option(
+            "--deadline",
+            help="Decide the join then with what succeeded: an RFC 3339 time "
+            "(2026-12-01T06:00:00Z) or seconds after registration (implies --join).",
+            metavar="TIME|SECONDS",
+            show_default=False,
+        ),
+    ] = None,
+    min_succeeded: Annotated[
+        int | None,
+        typer.Option(
+            "--min-succeeded",
+            min=0,
+            help="Successes the join needs at its --deadline (default 1); fewer: "
+            "JoinDeadlineExceeded.",
+            metavar="N",
+            show_default=False,
+        ),
+    ] = None,
     manifest_url: Annotated[
         str | None,
         typer.Option(
@@ -154,6 +175,7 @@ def wait(
     Examples:
       dependency-tracker wait tile-1.json tile-2.json
       dependency-tracker wait tiles.json --quorum 2 --payload-id mosaic/1
+      dependency-tracker wait tiles.json --deadline 2026-12-01T06:00:00Z --min-succeeded 10
       dependency-tracker wait slow.json --payload-id mosaic/1 --no-follow
       dependency-tracker wait --manifest-url s3://bucket/manifests/m.jsonl --timeout-seconds 3600
     """
@@ -164,7 +186,9 @@ def wait(
     if name is not None and not 1 <= len(name) <= MAX_NAME_CHARS:
         fail(f"--name must be 1 to {MAX_NAME_CHARS} characters", 2)
     target.use_cirrus(prefix=cirrus_prefix, state_table=cirrus_state_table)
-    machine = JOIN if join or quorum is not None or manifest_url is not None else SINGLE
+    by = _deadline(deadline, min_succeeded)
+    joined = join or quorum is not None or manifest_url is not None or bool(by)
+    machine = JOIN if joined else SINGLE
     dependencies = _dependencies(target, sources or [])
     if check_workflows and dependencies.workflows:
         target.require_workflows(sorted(dependencies.workflows))
@@ -175,8 +199,9 @@ def wait(
         payload_id=payload_id,
         timeout_seconds=timeout_seconds,
     )
+    document.update(by)
     if machine == JOIN:
-        _check_join(target, dependencies, manifest_url=manifest_url, quorum=quorum)
+        _check_join(target, dependencies, manifest_url=manifest_url, quorum=quorum, by=by)
     sfn = target.client("stepfunctions")
     started = sfn.start_execution(
         stateMachineArn=machine_arn(target, machine),
@@ -211,6 +236,16 @@ def _input(
     optional = {"quorum": quorum, "payload_id": payload_id, "timeout_seconds": timeout_seconds}
     document.update({key: value for key, value in optional.items() if value is not None})
     return document
+
+
+def _deadline(deadline: str | None, min_succeeded: int | None) -> dict[str, Any]:
+    """The join's deadline fields as the parent's input takes them (seconds as a number)."""
+    fields: dict[str, Any] = {}
+    if deadline is not None:
+        fields["deadline"] = int(deadline) if deadline.isascii() and deadline.isdigit() else deadline
+    if min_succeeded is not None:
+        fields["min_succeeded"] = min_succeeded
+    return fields
 
 
 def _dependencies(target: Target, sources: list[str]) -> Dependencies:
@@ -248,6 +283,7 @@ def _check_join(
     *,
     manifest_url: str | None,
     quorum: int | None,
+    by: dict[str, Any],
 ) -> None:
     """Refuse a join its parent could only fail (``InvalidJoin``), with the tracker's cause.
 
@@ -266,7 +302,7 @@ def _check_join(
         if manifest_url is not None
         else {"payloads": dependencies.entries}
     )
-    document = {"join": {"task_token": _ANY_TOKEN, "quorum": quorum}, **source}
+    document = {"join": {"task_token": _ANY_TOKEN, "quorum": quorum, **by}, **source}
     try:
         JoinMessage.from_document(document, message_id=None, load_url=None)
         ids = dependencies.ids if manifest_url is None else _manifest_ids(target, manifest_url)

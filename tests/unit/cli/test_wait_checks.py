@@ -143,3 +143,26 @@ def test_a_quorum_is_checked_against_a_manifest_that_ends_within_the_first_chunk
     assert over_long.exit_code == 0, over_long.output
     assert json.loads(over_long.stdout)["status"] == "SUCCEEDED"
     assert len(executions(aws, parents)) == 1
+
+
+def test_a_deadline_the_tracker_would_refuse_starts_nothing_and_a_good_one_is_sent(
+    aws: Aws, parents: dict[str, str], tmp_path: Path
+) -> None:
+    # GIVEN two payload files
+    files = [write(tmp_path, f"{item}.json", payload(item)) for item in ("a", "b")]
+    # WHEN a join needing 3 of them at its deadline, or one with a past deadline, is asked for
+    over = wait(*files, "--deadline", "60", "--min-succeeded", "3")
+    past = wait(*files, "--deadline", "2001-01-01T00:00:00Z")
+    alone = wait(*files, "--min-succeeded", "1")
+    # THEN each is refused with the tracker's cause naming the field; no parent exists
+    refused(over, "join.min_succeeded 3 is more than the 2 distinct payloads")
+    assert "join.deadline 2001-01-01T00:00:00Z is in the past" in past.stderr
+    assert "join.min_succeeded needs a join.deadline" in alone.stderr
+    assert executions(aws, parents) == []
+    # AND a deadline in seconds starts wait-for-join (it implies --join) with both fields
+    started = wait(*files, "--deadline", "60", "--min-succeeded", "1", "--no-follow")
+    assert started.exit_code == 0, started.output
+    (arn,) = executions(aws, parents)
+    sent = json.loads(aws.sfn.describe_execution(executionArn=arn)["input"])
+    assert (sent["deadline"], sent["min_succeeded"]) == (60, 1)
+    assert "wait-for-join" in arn
