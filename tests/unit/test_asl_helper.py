@@ -129,13 +129,9 @@ def test_join_state_sends_a_join_with_a_list_or_a_manifest() -> None:
 
 def test_join_state_with_a_deadline_sends_what_the_tracker_reads() -> None:
     # GIVEN a quorum join whose deadline comes from the input, needing 2 by then
-    state = asl.join_state(
-        QUEUE, on_error="F", quorum=3, deadline_path="$.by", min_succeeded=2
-    )
+    state = asl.join_state(QUEUE, on_error="F", quorum=3, deadline_path="$.by", min_succeeded=2)
     # WHEN its paths are filled with an RFC 3339 time
-    body = body_of(
-        state, {"$.payloads": [PAYLOAD] * 3, "$.by": "2026-12-01T06:00:00Z", **CONTEXT}
-    )
+    body = body_of(state, {"$.payloads": [PAYLOAD] * 3, "$.by": "2026-12-01T06:00:00Z", **CONTEXT})
     # THEN the join carries both fields as the contract has them
     assert (body["join"]["deadline"], body["join"]["min_succeeded"]) == (
         "2026-12-01T06:00:00Z",

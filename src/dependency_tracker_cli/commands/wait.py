@@ -242,7 +242,8 @@ def _deadline(deadline: str | None, min_succeeded: int | None) -> dict[str, Any]
     """The join's deadline fields as the parent's input takes them (seconds as a number)."""
     fields: dict[str, Any] = {}
     if deadline is not None:
-        fields["deadline"] = int(deadline) if deadline.isascii() and deadline.isdigit() else deadline
+        seconds = deadline.isascii() and deadline.isdigit()
+        fields["deadline"] = int(deadline) if seconds else deadline
     if min_succeeded is not None:
         fields["min_succeeded"] = min_succeeded
     return fields
