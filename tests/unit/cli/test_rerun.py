@@ -265,8 +265,8 @@ def test_join_selects_its_members_whose_latest_outcome_failed(aws: Aws) -> None:
     aws.finished_payload(succeeded, PayloadState.SUCCEEDED)
     ids = [
         ran(aws, payload("ja", workflow="cog"), PayloadState.FAILED),
-        payload_id(succeeded),
-        payload_id(payload("jc", workflow="cog")),
+        payload_id("jb", workflow="cog"),
+        payload_id("jc", workflow="cog"),
     ]
     store = JoinStore(aws.dynamodb, aws.dependencies.table_name)
     join = JoinItem(
