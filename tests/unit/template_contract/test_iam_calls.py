@@ -298,6 +298,23 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(
     # left un-notified long ago
     swept = sweep_lost_callbacks(deployment, done.payload_id)
     assert (swept["found"], swept["parents_gone"] + swept["sent"]) == (4, 4), swept
+    # AND a join whose deadline (1 s) passes while its member still runs, decided by the
+    # sweeper's minute schedule (the process function hands the join to the join queue,
+    # whose pump registers it; nothing else is pumped)
+    slow = simulated("dl")
+    slow["process"][0]["tasks"]["simulate"]["seconds"] = 600
+    deadline_join = {"join": {"task_token": "deadline-join", "deadline": 1}, "payloads": [slow]}
+    assert process_handler(sqs_event(deadline_join, ids=["deadline"])) == {
+        "batchItemFailures": []
+    }
+    joins_pump = next(pump for pump in deployment.pumps if pump.name == "joins")
+    sweeper_handler = recorder.handler(stack, "SweeperFunction")
+
+    def deadline_decided() -> bool:
+        joins_pump.pump_once()
+        return bool(sweeper_handler({"deadlines": True})["deadlines_decided"])
+
+    wait_until(deadline_decided, timeout=30)
 
     # THEN every call was allowed by that function's statements, on that resource
     parents = deployment.parents_by_token()
