@@ -24,6 +24,7 @@ from dependency_tracker_cli.commands import (
     ui,
     wait,
     waiters,
+    why,
 )
 from dependency_tracker_cli.options import Command, Group
 
@@ -70,6 +71,7 @@ app.command(cls=Command)(wait.wait)
 app.command(cls=Command)(follow.follow)
 app.command(cls=Command)(status.status)
 app.command(cls=Command)(waiters.waiters)
+app.command(cls=Command)(why.why)
 app.command(cls=Command)(graph.graph)
 app.command(cls=Command)(stuck.stuck)
 app.command(cls=Command)(redrive.redrive)

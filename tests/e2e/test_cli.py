@@ -327,6 +327,26 @@ def test_stuck_lists_old_parents_and_what_holds_them(server: Server, parent: str
     assert bad.exit_code == 2
 
 
+def test_why_lists_what_holds_the_real_parent(server: Server, parent: str) -> None:
+    # WHEN what holds the real parent is asked for, by its execution ARN and by its payload id
+    by_arn = server.cli("why", parent, "--json")
+    by_id = server.cli("why", PARENT_ID, "--json")
+    # THEN both find its two token waits, held only by the slow dependency (still running)
+    for result in (by_arn, by_id):
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.stdout)
+        assert sorted(wait["payload_id"] for wait in report["waits"]) == sorted(
+            [sim_id("fast"), sim_id("slow")]
+        )
+        assert [(h["payload_id"], h["wait"]) for h in report["holds"]] == [
+            (sim_id("slow"), "token")
+        ]
+        assert report["holds"][0]["state"] in {"CLAIMED", "PROCESSING"}
+    assert json.loads(by_arn.stdout)["kind"] == "parent"
+    # AND a name nothing has is exit 5
+    assert server.cli("why", "cli/no-such-parent").exit_code == 5
+
+
 # ---------------------------------------------------------------------------- redrive, stacks
 
 
