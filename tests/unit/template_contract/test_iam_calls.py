@@ -217,6 +217,28 @@ def sweep_lost_callbacks(deployment: Deployment, resume_after: str) -> dict[str,
     return swept
 
 
+def decide_a_deadline(deployment: Deployment) -> bool:
+    """A join whose deadline (1 s) passes while its member runs, decided by the sweeper.
+
+    The process function hands the join to the join queue, whose pump registers it (nothing
+    else is pumped); the sweeper's minute schedule then decides it at its deadline.
+    """
+    stack, recorder = deployment.stack, deployment.recorder
+    slow = simulated("dl")
+    slow["process"][0]["tasks"]["simulate"]["seconds"] = 600
+    body = {"join": {"task_token": "deadline-join", "deadline": 1}, "payloads": [slow]}
+    process_handler = recorder.handler(stack, "ProcessFunction")
+    assert process_handler(sqs_event(body, ids=["deadline"])) == {"batchItemFailures": []}
+    joins_pump = next(pump for pump in deployment.pumps if pump.name == "joins")
+    sweeper_handler = recorder.handler(stack, "SweeperFunction")
+
+    def decided() -> bool:
+        joins_pump.pump_once()
+        return bool(sweeper_handler({"deadlines": True})["deadlines_decided"])
+
+    return bool(wait_until(decided, timeout=30))
+
+
 def test_every_aws_call_is_allowed_and_every_grant_is_used(
     deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -298,23 +320,8 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(
     # left un-notified long ago
     swept = sweep_lost_callbacks(deployment, done.payload_id)
     assert (swept["found"], swept["parents_gone"] + swept["sent"]) == (4, 4), swept
-    # AND a join whose deadline (1 s) passes while its member still runs, decided by the
-    # sweeper's minute schedule (the process function hands the join to the join queue,
-    # whose pump registers it; nothing else is pumped)
-    slow = simulated("dl")
-    slow["process"][0]["tasks"]["simulate"]["seconds"] = 600
-    deadline_join = {"join": {"task_token": "deadline-join", "deadline": 1}, "payloads": [slow]}
-    assert process_handler(sqs_event(deadline_join, ids=["deadline"])) == {
-        "batchItemFailures": []
-    }
-    joins_pump = next(pump for pump in deployment.pumps if pump.name == "joins")
-    sweeper_handler = recorder.handler(stack, "SweeperFunction")
-
-    def deadline_decided() -> bool:
-        joins_pump.pump_once()
-        return bool(sweeper_handler({"deadlines": True})["deadlines_decided"])
-
-    wait_until(deadline_decided, timeout=30)
+    # AND a join whose deadline passes while its member still runs
+    assert decide_a_deadline(deployment)
 
     # THEN every call was allowed by that function's statements, on that resource
     parents = deployment.parents_by_token()
