@@ -37,8 +37,9 @@ from dependency_tracker_cli.readmodel import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
+    from dependency_tracker.joins.outputs import MemberOutcome
     from dependency_tracker.joins.rows import Row
     from dependency_tracker.table.items import DependencyRow
     from dependency_tracker_cli.target import Target
@@ -163,7 +164,12 @@ def read_join(target: Target, join_id: str) -> tuple[Wait, list[Candidate]] | No
         return None
     wait = join_wait(row, succeeded, failed)
     members, _ = target.joins.members(join_id)
-    return wait, [
+    return wait, member_candidates(wait, members)
+
+
+def member_candidates(wait: Wait, members: Sequence[MemberOutcome]) -> list[Candidate]:
+    """A join's members that have not succeeded, in manifest order (``members`` read once)."""
+    return [
         Candidate(f"{wait.position}|{index:09d}", member.payload_id, wait, member.state)
         for index, member in enumerate(members)
         if member.state is None or member.state in FAILED_OUTCOMES

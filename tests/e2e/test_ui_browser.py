@@ -324,3 +324,73 @@ def test_the_page_at_a_glance_at_1280_px(browser: WebDriver, server: Server, pag
     )
     assert width[0] <= width[1]
     assert browser.find_element(By.CSS_SELECTOR, ".join-cause").text == decided["cause"]
+
+
+# The join page's picture and what holds the join, read in one script.
+_JOIN_PAGE = """
+const line = (css) => document.querySelector(css).getAttribute("points").trim().split(/\\s+/);
+return {
+  succeeded: line("polyline.succeeded-line"),
+  failed: line("polyline.failed-line"),
+  quorum: document.querySelectorAll("line.quorum").length,
+  deadline: document.querySelectorAll("line.deadline").length,
+  label: document.querySelector("svg.timeline").getAttribute("aria-label"),
+  rate: document.querySelector("p.rate").textContent,
+  holds: [...document.querySelectorAll("#members tr.member")].map((row) =>
+    [...row.querySelectorAll("td")].map((cell) => cell.textContent)),
+  width: [document.documentElement.scrollWidth, document.documentElement.clientWidth],
+};
+"""
+
+
+def test_a_join_s_page_draws_its_members_over_time_and_lists_what_holds_it(
+    browser: WebDriver, server: Server, page: str
+) -> None:
+    # GIVEN a running 3-of-4 join with a deadline an hour away: two succeeded, one failed,
+    # one still running
+    members = [
+        simulate("pic-ok-1"),
+        simulate("pic-ok-2"),
+        simulate("pic-bad", outcome="fail"),
+        simulate("pic-slow", seconds=300),
+    ]
+    document = {"dependencies": members, "quorum": 3, "deadline": 3600, "timeout_seconds": 7200}
+    start(server, "wait-for-join", "ui-picture", document)
+    browser.set_window_size(1280, 1000)
+    browser.get(page)
+
+    def join_link() -> str | None:
+        links: list[str] = browser.execute_script(
+            "return [...document.querySelectorAll('tr.join a.join-name')]"
+            ".filter((a) => a.textContent.startsWith('ui-picture'))"
+            ".map((a) => a.getAttribute('href'));"
+        )
+        return links[0] if links else None
+
+    href = wait_until(join_link, timeout=60, every=0.2)
+
+    def drawn() -> dict[str, Any] | None:
+        browser.get(page.rstrip("/") + href)
+        seen: dict[str, Any] = browser.execute_script(_JOIN_PAGE)
+        return seen if "2 succeeded, 1 failed" in seen["label"] else None
+
+    # WHEN its page shows the three ends
+    seen = wait_until(drawn, timeout=60, every=0.5)
+    # THEN the picture steps up once per end: two steps of success, one of failure, each
+    # drawn from the join's start to now, with the quorum to reach (no deadline yet in view)
+    assert len(seen["succeeded"]) == 2 + 2 * 2
+    assert len(seen["failed"]) == 2 + 2 * 1
+    assert (seen["quorum"], seen["deadline"]) == (1, 0)
+    # AND it says the rate and when the join is decided: its deadline, unless the rate
+    # reaches the quorum first
+    assert "members/min over the last" in seen["rate"]
+    assert "decided at this rate in ~" in seen["rate"] or "its deadline decides it" in seen["rate"]
+    # AND what holds it: the failed member with its error and cause, the running one, no others
+    held = {row[0].rsplit("/", 1)[-1]: row for row in seen["holds"]}
+    assert set(held) == {"pic-bad", "pic-slow"}
+    assert held["pic-bad"][1] == "FAILED"
+    assert held["pic-bad"][3] == "TaskFailed: simulated task failure"
+    assert held["pic-slow"][1] in {"PROCESSING", "CLAIMED"}
+    assert held["pic-slow"][2]  # an age
+    # AND the page fits the window
+    assert seen["width"][0] <= seen["width"][1]

@@ -45,8 +45,9 @@ MAPPING = "AWS::Lambda::EventSourceMapping"
 GENERATED_COUNTS = {
     # process queue, join queue, status reports, dependency stream; cirrus events (cirrus mode)
     MAPPING: 5,
-    "AWS::Events::Rule": 2,  # update-state's EventBridgeRule event, the sweeper's Schedule
-    "AWS::Lambda::Permission": 2,  # those rules invoking their functions
+    # update-state's EventBridgeRule event, the sweeper's Schedule and Deadlines schedules
+    "AWS::Events::Rule": 3,
+    "AWS::Lambda::Permission": 3,  # those rules invoking their functions
     # update-state's retries and on-failure destination; the sweeper's (none: the next run)
     "AWS::Lambda::EventInvokeConfig": 2,
     # no AWS::IAM::Role: every function and state machine brings its own
@@ -431,25 +432,34 @@ def test_transform_makes_no_aws_call(monkeypatch: pytest.MonkeyPatch) -> None:
     assert result["Resources"]
 
 
-def test_the_sweeper_runs_every_five_minutes(transformed: dict[str, Any]) -> None:
+def test_the_sweeper_runs_every_five_minutes_and_its_deadlines_every_minute(
+    transformed: dict[str, Any],
+) -> None:
     stack = Stack(transformed, OTHER_STACK, region="eu-west-1")
-    # GIVEN the rule SAM made of the sweeper's Schedule event
-    (rule_id,) = [
-        r for r in stack.of_type("AWS::Events::Rule") if "ScheduleExpression" in stack.properties(r)
-    ]
-    rule = stack.resolved_properties(rule_id)
-    # THEN it invokes the sweeper every five minutes, and only that rule may
-    assert rule["ScheduleExpression"] == "rate(5 minutes)"
-    (target,) = rule["Targets"]
+    # GIVEN the rules SAM made of the sweeper's two Schedule events
+    rules = {
+        stack.resolved_properties(r)["ScheduleExpression"]: r
+        for r in stack.of_type("AWS::Events::Rule")
+        if "ScheduleExpression" in stack.properties(r)
+    }
+    # THEN one invokes the sweeper every five minutes with the scheduled event, the other
+    # every minute with {"deadlines": true}, and only those rules may
+    assert set(rules) == {"rate(5 minutes)", "rate(1 minute)"}
+    sweep = stack.resolved_properties(rules["rate(5 minutes)"])
+    deadlines = stack.resolved_properties(rules["rate(1 minute)"])
+    (target,) = sweep["Targets"]
     assert target["Arn"] == stack.arn_of("SweeperFunction")
-    (permission,) = [
+    assert "Input" not in target
+    (target,) = deadlines["Targets"]
+    assert target["Arn"] == stack.arn_of("SweeperFunction")
+    assert json.loads(target["Input"]) == {"deadlines": True}
+    permissions = [
         stack.resolved_properties(p)
         for p in stack.of_type("AWS::Lambda::Permission")
         if stack.resolved_properties(p)["FunctionName"] == stack.physical("SweeperFunction").ref
     ]
-    assert (permission["Principal"], permission["SourceArn"]) == (
-        "events.amazonaws.com",
-        stack.arn_of(rule_id),
+    assert sorted((p["Principal"], p["SourceArn"]) for p in permissions) == sorted(
+        ("events.amazonaws.com", stack.arn_of(rule)) for rule in rules.values()
     )
     # AND a failed run is not retried (the next run is the retry)
     (config,) = [

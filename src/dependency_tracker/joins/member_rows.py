@@ -64,6 +64,7 @@ def member_outcomes(access: RowAccess, join_id: str) -> tuple[list[MemberOutcome
                 payload_id=row.payload_id,
                 state=row.workflow_state if done else None,
                 error=row.error if done else None,
+                ended_at=row.resolved_at if done else None,
             )
         )
     return outcomes, [names.get(key, key) for key in duplicates]

@@ -39,6 +39,7 @@ class MemberOutcome(BaseModel):
     payload_id: str
     state: PayloadState | None = None
     error: str | None = None
+    ended_at: datetime | None = None  # when its row turned terminal (the page's timeline)
 
 
 class JoinSummary(BaseModel):

@@ -21,9 +21,12 @@ from flask import Flask, Response, abort, render_template, request, url_for
 from markupsafe import Markup
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
+from dependency_tracker.core.enums import utcnow
+from dependency_tracker_cli import holds, render
 from dependency_tracker_cli.ui import joins, views
 from dependency_tracker_cli.ui.snapshots import Read, SnapshotCache
 from dependency_tracker_cli.ui.svg import to_svg
+from dependency_tracker_cli.ui.timeline import HEIGHT, MARGIN, WIDTH, timeline
 
 if TYPE_CHECKING:
     from dependency_tracker_cli.target import Target
@@ -81,16 +84,26 @@ def create_app(target: Target, settings: Settings | None = None) -> Flask:
         if row is None:
             abort(404)
         members, duplicates = store.members(join_id)
+        now = utcnow()
+        progress = joins.progress_of(target, join_id, row, succeeded, failed)
+        # What holds it: its members not succeeded, one page of them read with their states.
+        waiting = holds.member_candidates(holds.join_wait(row, succeeded, failed), members)
+        held = views.paged(waiting, _number("members_page"), config.page_size)
         return render_template(
             "join.html",
             join_id=join_id,
             name=joins.join_name(join_id, row.parent_execution),
-            progress=joins.progress_of(target, join_id, row, succeeded, failed),
+            progress=progress,
             row=row,
             succeeded=succeeded,
             failed=failed,
             duplicates=len(duplicates),
-            members=views.paged(members, _number("members_page"), config.page_size),
+            members=views.Page(
+                holds.holds_of(target, held.rows), held.number, held.pages, held.total
+            ),
+            timeline=timeline(row, progress, members, now),
+            chart={"width": WIDTH, "height": HEIGHT, "margin": MARGIN},
+            age=lambda since: render.age(since, now),
         )
 
     @app.get("/execution")
