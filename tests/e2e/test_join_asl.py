@@ -123,8 +123,18 @@ def test_the_message_carries_the_list_or_the_manifest_url(
     body = recorder.sent_by(arn)
     join = body["join"]
     assert body == sent | {"join": join}
-    assert set(join) == {"task_token", "join_id", "quorum", "waiter_payload_id", "parent_execution"}
+    assert set(join) == {
+        "task_token",
+        "join_id",
+        "quorum",
+        "waiter_payload_id",
+        "parent_execution",
+        "deadline",
+        "min_succeeded",
+    }
     assert (join["quorum"], join["waiter_payload_id"]) == (1, "w/1")
+    # No deadline given: null, which the tracker reads as none.
+    assert (join["deadline"], join["min_succeeded"]) == (None, None)
     ended(stack, arn)
 
 
