@@ -58,9 +58,11 @@ def decide_if_settled(
         return False
     cause = None
     if error is DependencyError.INVALID_JOIN:
+        asked = f"quorum {join.needed}"
+        if join.needed is None or join.known_total is None or join.needed <= join.known_total:
+            asked = f"join.min_succeeded {join.least}"  # only a deadline's count is left
         cause = (
-            f"quorum {join.needed} is more than the {join.known_total} distinct payloads "
-            f"of join {join.join_id}"
+            f"{asked} is more than the {join.known_total} distinct payloads of join {join.join_id}"
         )
     first_success = join.quorum == 1 and state is PayloadState.SUCCEEDED
     if not joins.decide_join(

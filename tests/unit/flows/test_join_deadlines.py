@@ -180,3 +180,17 @@ def test_the_store_refuses_a_deadline_decision_after_a_take_back(aws: Aws) -> No
     assert not store.decide_join(join.join_id, state, error=error, reopened=stale.reopened)
     assert join.deadlines.decide(join.join_id)
     assert join.read()[0].error == DependencyError.DEADLINE_EXCEEDED.value
+
+
+def test_min_succeeded_over_the_members_a_manifest_turned_out_to_have_is_invalid(
+    aws: Aws,
+) -> None:
+    # GIVEN a join by manifest (n unknown when sent) needing 5 at its deadline
+    join = DeadlineJoin(aws, ["a", "b", "c"], quorum=None, least=5, ago=-3600)
+    # WHEN a member's end is counted once n (3) is known
+    join.end("a", OK)
+    # THEN it is decided InvalidJoin, the cause naming the field and n
+    decided = join.read()[0]
+    assert (decided.workflow_state, decided.error) == (BAD, DependencyError.INVALID_JOIN.value)
+    assert decided.cause is not None
+    assert decided.cause.startswith("join.min_succeeded 5 is more than the 3 distinct payloads")
