@@ -11,20 +11,17 @@ from typer.testing import CliRunner
 from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.core.limits import SQS_DEFAULT_MAX_MESSAGE_BYTES
 from dependency_tracker.intake.parse import read_message
-from dependency_tracker.joins.rows import ChunkItem, JoinItem
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.payloads.bucket import PayloadBucket
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker.table.items import (
     InvalidMessageItem,
-    MembershipItem,
-    Resolution,
-    membership_id_for,
 )
 from dependency_tracker.table.prefixes import INVALID_MESSAGE_PREFIX
 from dependency_tracker.waits.messages import ProcessMessage
 from dependency_tracker_cli.__main__ import app
 from tests.conftest import ACCOUNT, PREFIX, REGION, payload, payload_id
+from tests.unit.cli.rows import register_join
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -260,7 +257,6 @@ def test_state_invalid_never_selects_the_trackers_records_of_refused_messages(aw
 
 def test_join_selects_its_members_whose_latest_outcome_failed(aws: Aws) -> None:
     # GIVEN a join of 3: A failed, B succeeded, C still running
-    now = utcnow()
     succeeded = payload("jb", workflow="cog")
     aws.finished_payload(succeeded, PayloadState.SUCCEEDED)
     ids = [
@@ -268,35 +264,9 @@ def test_join_selects_its_members_whose_latest_outcome_failed(aws: Aws) -> None:
         payload_id("jb", workflow="cog"),
         payload_id("jc", workflow="cog"),
     ]
+    outcomes = {ids[0]: PayloadState.FAILED, ids[1]: PayloadState.SUCCEEDED}
+    register_join(aws, "jr", ids, quorum=2, outcomes=outcomes)
     store = JoinStore(aws.dynamodb, aws.dependencies.table_name)
-    join = JoinItem(
-        payload_id="join#jr",
-        waiter_id="join",
-        join_id="jr",
-        task_token="token-jr",
-        quorum=2,
-        total=3,
-        registered=3,
-        created_at=now,
-        updated_at=now,
-    )
-    assert store.create(join)
-    aws.chunk_rows.start_chunk(ChunkItem.of("jr", 0, ids, [], now))
-    aws.chunk_rows.register_members(
-        [
-            MembershipItem(
-                payload_id=pid,
-                waiter_id=membership_id_for("jr"),
-                join_id="jr",
-                chunk=0,
-                created_at=now,
-                updated_at=now,
-            )
-            for pid in ids
-        ]
-    )
-    for pid, state in zip(ids, (PayloadState.FAILED, PayloadState.SUCCEEDED), strict=False):
-        aws.dependencies.resolve(pid, membership_id_for("jr"), Resolution(state=state))
     # WHEN the join's failed members are rerun
     result = invoke("--join", "jr", "--json")
     # THEN only A is sent, with what it replaces

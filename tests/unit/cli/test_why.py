@@ -7,15 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from typer.testing import CliRunner, Result
 
-from dependency_tracker.core.enums import PayloadState, utcnow
+from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.core.errors import PayloadNotFoundError
-from dependency_tracker.joins.rows import ChunkItem, JoinItem
-from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.payloads.model import ProcessPayload
-from dependency_tracker.table.items import MembershipItem, Resolution, membership_id_for
 from dependency_tracker_cli.__main__ import app
 from tests.conftest import payload, payload_id
-from tests.unit.cli.rows import TOKEN_PREFIX, token, waiter
+from tests.unit.cli.rows import TOKEN_PREFIX, waiter
+from tests.unit.cli.rows import register_join as make_join
 
 if TYPE_CHECKING:
     from tests.conftest import Aws
@@ -32,57 +30,6 @@ def shown(*args: str) -> dict[str, Any]:
     result = why(*args, "--json")
     assert result.exit_code == 0, result.output
     return dict(json.loads(result.stdout))
-
-
-def make_join(
-    aws: Aws,
-    join_id: str,
-    members: list[str],
-    *,
-    quorum: int,
-    outcomes: dict[str, PayloadState],
-    execution: str | None = None,
-    parent: str | None = None,
-) -> None:
-    """A join registered in one chunk, each member of ``outcomes`` resolved and counted."""
-    now = utcnow()
-    store = JoinStore(aws.dynamodb, aws.dependencies.table_name)
-    row = JoinItem(
-        payload_id=f"join#{join_id}",
-        waiter_id="join",
-        join_id=join_id,
-        task_token=token(join_id),
-        quorum=quorum,
-        total=len(members),
-        registered=len(members),
-        created_at=now,
-        updated_at=now,
-        parent_execution=execution,
-        waiter_payload_id=parent,
-    )
-    assert store.create(row)
-    aws.chunk_rows.start_chunk(ChunkItem.of(join_id, 0, members, [], now))
-    rows = {
-        member: MembershipItem(
-            payload_id=member,
-            waiter_id=membership_id_for(join_id),
-            join_id=join_id,
-            chunk=0,
-            created_at=now,
-            updated_at=now,
-        )
-        for member in members
-    }
-    aws.chunk_rows.register_members(list(rows.values()))
-    for member, state in outcomes.items():
-        failed = not state.is_success
-        resolution = Resolution(
-            state=state,
-            error="TaskFailed" if failed else None,
-            cause="row cause" if failed else None,
-        )
-        assert aws.dependencies.resolve(member, membership_id_for(join_id), resolution)
-        assert store.count(rows[member], resolution, retention_days=7)
 
 
 def running(aws: Aws, body: dict[str, Any]) -> str:

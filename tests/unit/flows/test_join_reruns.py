@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
+from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.joins.counting import JoinCounting
 from dependency_tracker.joins.decision import decide_if_settled
 from dependency_tracker.joins.reopening import MemberReopening
-from dependency_tracker.joins.rows import JoinItem
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.table.items import MembershipItem, Resolution, membership_id_for
 from dependency_tracker.table.keys import partition_key
+from tests.unit.cli.rows import register_join
 
 if TYPE_CHECKING:
+    from dependency_tracker.joins.rows import JoinItem
     from tests.conftest import Aws
 
 OK, BAD = PayloadState.SUCCEEDED, PayloadState.FAILED
@@ -28,36 +29,11 @@ class Join:
     """A join of ``members`` with quorum ``quorum``, counted and reopened as the flows do."""
 
     def __init__(self, aws: Aws, members: list[str], quorum: int | None, join_id: str = "j1"):
-        now = utcnow()
         self.aws, self.join_id = aws, join_id
         self.store = JoinStore(aws.dynamodb, aws.dependencies.table_name)
         self.counting = JoinCounting(joins=self.store, retention_days=7)
         self.reopening = MemberReopening(joins=self.store)
-        assert self.store.create(
-            JoinItem(
-                payload_id=f"join#{join_id}",
-                waiter_id="join",
-                join_id=join_id,
-                task_token="token-" + join_id,
-                quorum=quorum,
-                total=len(members),
-                registered=len(members),
-                created_at=now,
-                updated_at=now,
-            )
-        )
-        rows = [
-            MembershipItem(
-                payload_id=member,
-                waiter_id=membership_id_for(join_id),
-                join_id=join_id,
-                chunk=0,
-                created_at=now,
-                updated_at=now,
-            )
-            for member in members
-        ]
-        aws.chunk_rows.register_members(rows)
+        register_join(aws, join_id, members, quorum=quorum, outcomes={})
 
     def row(self, member: str) -> MembershipItem:
         row = self.aws.dependencies.get_row(member, membership_id_for(self.join_id))
