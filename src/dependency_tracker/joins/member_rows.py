@@ -99,39 +99,28 @@ def _membership_rows(access: RowAccess, join_id: str, keys: list[str]) -> dict[s
 
 
 def _chunks(access: RowAccess, join_id: str) -> Iterator[ChunkItem]:
-    query: dict[str, Any] = {
-        "TableName": access.table_name,
-        "KeyConditionExpression": "payload_id = :pid AND begins_with(waiter_id, :chunk)",
-        "ExpressionAttributeValues": values(
-            pid=key_attributes(payload_id=join_partition_for(join_id))["payload_id"]["S"],
-            chunk=CHUNK_KEY_PREFIX,
-        ),
-        "ConsistentRead": True,
-    }
-    while True:
-        response = access.client.query(**query)
-        for item in response.get("Items", []):
-            yield ChunkItem.from_item(item)
-        last = response.get("LastEvaluatedKey")
-        if not last:
-            return
-        query["ExclusiveStartKey"] = last
+    partition = key_attributes(payload_id=join_partition_for(join_id))["payload_id"]["S"]
+    for item in _rows_under(access, partition, CHUNK_KEY_PREFIX):
+        yield ChunkItem.from_item(item)
 
 
 def memberships_of(access: RowAccess, payload_id: str) -> Iterator[MembershipItem]:
     """Every join's membership row under ``payload_id``: one consistent ``Query`` per page."""
+    for item in _rows_under(access, partition_key(payload_id), MEMBERSHIP_KEY_PREFIX):
+        yield MembershipItem.from_item(item)
+
+
+def _rows_under(access: RowAccess, partition: str, prefix: str) -> Iterator[dict[str, Any]]:
+    """The rows of ``partition`` (its key form) whose sort key starts with ``prefix``."""
     query: dict[str, Any] = {
         "TableName": access.table_name,
         "KeyConditionExpression": "payload_id = :pid AND begins_with(waiter_id, :prefix)",
-        "ExpressionAttributeValues": values(
-            pid=partition_key(payload_id), prefix=MEMBERSHIP_KEY_PREFIX
-        ),
+        "ExpressionAttributeValues": values(pid=partition, prefix=prefix),
         "ConsistentRead": True,
     }
     while True:
         response = access.client.query(**query)
-        for item in response.get("Items", []):
-            yield MembershipItem.from_item(item)
+        yield from response.get("Items", [])
         last = response.get("LastEvaluatedKey")
         if not last:
             return
