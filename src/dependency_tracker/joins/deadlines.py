@@ -23,6 +23,7 @@ joins that are due.
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,11 @@ if TYPE_CHECKING:
 
     from dependency_tracker.joins.store import JoinStore
 
+# RFC 3339's date-time (section 5.6), ASCII digits only; the offset is checked apart.
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
+    r"([Zz]|[+-][0-9]{2}:[0-9]{2})?"
+)
 # A deadline is at most this far after registration (the stack's longest MaxWaitSeconds).
 MAX_DEADLINE_SECONDS = 31_536_000
 # Shard keys of the deadlines index: spread over a few partitions of the index.
@@ -83,13 +89,20 @@ def _time_problem(deadline: object, now: datetime) -> str | None:
 
 
 def _time(deadline: object) -> datetime | None:
-    """``deadline`` read as an ISO 8601 / RFC 3339 time; None when it is not one."""
-    if not isinstance(deadline, str):
+    """``deadline`` read as an RFC 3339 time; None when it is not one.
+
+    Only RFC 3339's form: Python reads more of ISO 8601 (week dates, ``20261201T0600Z``),
+    which a parent in another language would not send and a reader would not expect.
+    A time without an offset matches too, so that the refusal can say what is missing.
+    """
+    if not isinstance(deadline, str) or _RFC3339.fullmatch(deadline) is None:
         return None
+    text = deadline.upper().replace(" ", "T").removesuffix("Z")
     try:
-        return datetime.fromisoformat(deadline)
-    except ValueError:
+        at = datetime.fromisoformat(text)
+    except ValueError:  # a day or an hour out of range
         return None
+    return at.replace(tzinfo=UTC) if deadline.upper().endswith("Z") else at
 
 
 def _least_problem(min_succeeded: object, quorum: int | None, total: int | None) -> str | None:
@@ -108,7 +121,11 @@ def _least_problem(min_succeeded: object, quorum: int | None, total: int | None)
 def deadline_at(deadline: str | int, registered_at: datetime) -> datetime:
     """When a checked ``deadline`` falls for a join registered at ``registered_at`` (UTC)."""
     if isinstance(deadline, str):
-        return datetime.fromisoformat(deadline).astimezone(UTC)
+        at = _time(deadline)
+        if at is None or at.tzinfo is None:
+            msg = f"not a checked deadline: {deadline!r}"
+            raise ValueError(msg)
+        return at.astimezone(UTC)
     return registered_at + timedelta(seconds=deadline)
 
 

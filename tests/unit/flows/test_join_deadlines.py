@@ -39,6 +39,11 @@ def join_body(**fields: Any) -> str:
         ({"deadline": "2001-01-01T00:00:00Z"}, "join.deadline 2001-01-01T00:00:00Z is in the past"),
         ({"deadline": "2999-01-01T00:00:00"}, "has no offset"),
         ({"deadline": "tomorrow"}, "join.deadline must be an RFC 3339 time or whole seconds"),
+        ({"deadline": "20261201T060000Z"}, "join.deadline must be an RFC 3339 time"),
+        ({"deadline": "2026-W49-1T06:00:00Z"}, "join.deadline must be an RFC 3339 time"),
+        # Full-width digits, which Python's int() would read
+        ({"deadline": "\uff12\uff10\uff12\uff16-12-01T06:00:00Z"}, "an RFC 3339 time"),
+        ({"deadline": "2026-12-01T24:00:00Z"}, "join.deadline must be an RFC 3339 time"),
         ({"deadline": True}, "join.deadline must be an RFC 3339 time or whole seconds"),
         ({"deadline": 1.5}, "join.deadline must be an RFC 3339 time or whole seconds"),
         ({"deadline": [60]}, "join.deadline must be an RFC 3339 time or whole seconds"),
