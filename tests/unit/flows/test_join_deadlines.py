@@ -20,6 +20,8 @@ from dependency_tracker.joins.deadlines import (
 from dependency_tracker.joins.rows import JoinItem
 from dependency_tracker.joins.store import JoinStore
 from tests.conftest import payload
+from tests.unit.flows.test_join_registration import Harness
+from tests.unit.flows.test_join_registration import join_body as registered_body
 from tests.unit.flows.test_join_reruns import Join
 
 if TYPE_CHECKING:
@@ -199,3 +201,26 @@ def test_min_succeeded_over_the_members_a_manifest_turned_out_to_have_is_invalid
     assert (decided.workflow_state, decided.error) == (BAD, DependencyError.INVALID_JOIN.value)
     assert decided.cause is not None
     assert decided.cause.startswith("join.min_succeeded 5 is more than the 3 distinct payloads")
+
+
+def test_a_redelivery_and_a_retried_send_keep_the_first_deadline(
+    aws: Aws, workflows: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a join whose deadline is 60 s after registration, sent by a parent execution
+    harness = Harness(aws)
+    body = registered_body("kept", ["k1", "k2"])
+    body["join"] |= {"deadline": 60, "parent_execution": "arn:aws:states:::execution:p:1"}
+    harness.send(body)
+    first = harness.row("kept")[0].deadline_at
+    # WHEN it is delivered again later, and the parent's retried send (a new token) asks
+    # for another deadline
+    later = utcnow() + timedelta(minutes=5)
+    monkeypatch.setattr("dependency_tracker.joins.registration.utcnow", lambda: later)
+    harness.send(body, message_id="m-again")
+    retried = json.loads(json.dumps(body))
+    retried["join"] |= {"task_token": "token-retried", "deadline": 3600}
+    harness.send(retried, message_id="m-retry")
+    # THEN the join holds both tokens and the deadline it was registered with
+    row = harness.row("kept")[0]
+    assert row.deadline_at == first
+    assert row.holds("token-retried")
