@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING, Any
 
 from dependency_tracker.core.limits import DDB_MAX_BATCH_GET_KEYS
@@ -68,6 +69,34 @@ def member_outcomes(access: RowAccess, join_id: str) -> tuple[list[MemberOutcome
             )
         )
     return outcomes, [names.get(key, key) for key in duplicates]
+
+
+def member_pages(
+    access: RowAccess, join_id: str
+) -> Iterator[list[tuple[str, MembershipItem | None]]]:
+    """Each member the chunk rows name, once, with its membership row (None: not written yet).
+
+    One page per chunk row, in manifest order (one ``BatchGetItem`` of at most 100
+    keys each): what the results manifest streams, holding one chunk at a time.
+    Members already listed are remembered by a 16-byte digest of their key, not
+    the key: the memory is bounded at any id length.
+    """
+    seen: set[bytes] = set()
+    for chunk in _chunks(access, join_id):
+        keys = []
+        for key in chunk.members:
+            digest = hashlib.sha256(key.encode("utf-8")).digest()[:16]
+            if digest not in seen:
+                seen.add(digest)
+                keys.append(key)
+        if not keys:
+            continue
+        found = _membership_rows(access, join_id, keys)
+        names = chunk.names()
+        yield [
+            (found[key].payload_id if key in found else names.get(key, key), found.get(key))
+            for key in keys
+        ]
 
 
 def chunk_rows(access: RowAccess, chunk: ChunkItem) -> list[MembershipItem]:
