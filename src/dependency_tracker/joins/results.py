@@ -171,6 +171,8 @@ class JoinResults:
 
         The join row's ``results_final_at`` is claimed first (conditional: one writer);
         a failed write gives the claim back and raises, so the record's retry writes it.
+        A writer that dies between its claim and its write (a timeout) leaves the
+        decision-time version: nothing here can tell it from a writer still at work.
         """
         if not self.writable:
             return None
