@@ -71,6 +71,10 @@ def member_outcomes(access: RowAccess, join_id: str) -> tuple[list[MemberOutcome
     return outcomes, [names.get(key, key) for key in duplicates]
 
 
+# Chunk rows per Query page when streaming: a page is then at most 1,000 members' keys.
+CHUNKS_PER_PAGE = 10
+
+
 def member_pages(
     access: RowAccess, join_id: str
 ) -> Iterator[list[tuple[str, MembershipItem | None]]]:
@@ -79,10 +83,11 @@ def member_pages(
     One page per chunk row, in manifest order (one ``BatchGetItem`` of at most 100
     keys each): what the results manifest streams, holding one chunk at a time.
     Members already listed are remembered by a 16-byte digest of their key, not
-    the key: the memory is bounded at any id length.
+    the key (about 100 bytes a member, whatever the id's length), and chunk rows
+    are read :data:`CHUNKS_PER_PAGE` at a time, not a 1 MB ``Query`` page.
     """
     seen: set[bytes] = set()
-    for chunk in _chunks(access, join_id):
+    for chunk in _chunks(access, join_id, limit=CHUNKS_PER_PAGE):
         keys = []
         for key in chunk.members:
             digest = hashlib.sha256(key.encode("utf-8")).digest()[:16]
@@ -127,7 +132,8 @@ def _membership_rows(access: RowAccess, join_id: str, keys: list[str]) -> dict[s
     return found
 
 
-def _chunks(access: RowAccess, join_id: str) -> Iterator[ChunkItem]:
+def _chunks(access: RowAccess, join_id: str, limit: int | None = None) -> Iterator[ChunkItem]:
+    """The join's chunk rows in order; ``limit``: at most that many per ``Query`` page."""
     query: dict[str, Any] = {
         "TableName": access.table_name,
         "KeyConditionExpression": "payload_id = :pid AND begins_with(waiter_id, :chunk)",
@@ -137,6 +143,8 @@ def _chunks(access: RowAccess, join_id: str) -> Iterator[ChunkItem]:
         ),
         "ConsistentRead": True,
     }
+    if limit is not None:
+        query["Limit"] = limit
     while True:
         response = access.client.query(**query)
         for item in response.get("Items", []):
