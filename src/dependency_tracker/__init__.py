@@ -3,3 +3,8 @@
 import dependency_tracker.joins.rows  # noqa: F401
 
 __version__ = "0.1.0"
+
+# The public reader of a join's results manifest (docs/contract.md, "Results manifest").
+from dependency_tracker.joins.results import MemberResult, read_results
+
+__all__ = ["MemberResult", "__version__", "read_results"]

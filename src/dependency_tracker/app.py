@@ -45,6 +45,7 @@ from dependency_tracker.joins.notify import JoinNotifier
 from dependency_tracker.joins.registration import JoinRegistration
 from dependency_tracker.joins.registration_rows import ChunkRows
 from dependency_tracker.joins.reopening import MemberReopening
+from dependency_tracker.joins.results import JoinResults
 from dependency_tracker.joins.row_access import RowAccess
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.payloads.bucket import PayloadBucket
@@ -333,9 +334,18 @@ class App:
         return self._part(
             "counting",
             lambda: JoinCounting(
-                joins=self.joins, retention_days=self.settings.waiter_retention_days
+                joins=self.joins,
+                retention_days=self.settings.waiter_retention_days,
+                results=self.join_results,
             ),
         )
+
+    @property
+    def join_results(self) -> JoinResults | None:
+        """Writes decided joins' results manifests (None without a payload bucket)."""
+        if not self.bucket.writable:
+            return None
+        return self._part("join_results", lambda: JoinResults(bucket=self.bucket, joins=self.joins))
 
     @property
     def answers(self) -> ParentAnswers:
@@ -373,6 +383,7 @@ class App:
                 counting=self.counting,
                 dependencies=self.dependencies,
                 retention_days=self.settings.waiter_retention_days,
+                results=self.join_results,
             ),
         )
 

@@ -60,3 +60,14 @@ def test_the_runtime_imports_without_local_mode_or_the_cli() -> None:
     ).stdout
     # THEN neither local mode, the CLI nor moto was loaded
     assert out.strip() == "[]"
+
+
+def test_the_results_manifest_reader_imports_from_its_documented_place() -> None:
+    # GIVEN the names versioning.md promises for a join's results manifest
+    from dependency_tracker import MemberResult, read_results  # noqa: PLC0415
+    from dependency_tracker.joins import results  # noqa: PLC0415
+
+    # THEN they are the reader and its line model
+    assert read_results is results.read_results
+    assert MemberResult is results.MemberResult
+    assert MemberResult(payload_id="p").state is None

@@ -16,6 +16,7 @@ from dependency_tracker.core.observability import logger
 from dependency_tracker.joins.decision import decide_from_counts
 
 if TYPE_CHECKING:
+    from dependency_tracker.joins.results import JoinResults
     from dependency_tracker.joins.store import JoinStore
     from dependency_tracker.table.items import MembershipItem, Resolution
 
@@ -23,9 +24,12 @@ if TYPE_CHECKING:
 class JoinCounting:
     """Adds member outcomes to their joins' counts and decides the joins."""
 
-    def __init__(self, *, joins: JoinStore, retention_days: int) -> None:
+    def __init__(
+        self, *, joins: JoinStore, retention_days: int, results: JoinResults | None = None
+    ) -> None:
         self.joins = joins
         self.retention_days = retention_days
+        self.results = results  # None: no payload bucket, no results manifest
 
     def record(self, member: MembershipItem, resolution: Resolution) -> bool:
         """Count ``member``'s outcome once and decide its join if that settles it.
@@ -42,4 +46,8 @@ class JoinCounting:
         )
         if join is None:
             logger.warning("membership of a join that does not exist")
+        elif join.workflow_state.is_terminal and self.results is not None:
+            # A member ending after the decision: the last one rewrites the manifest, once.
+            # Checked on a redelivery too: a final write that failed gave its claim back.
+            self.results.finish(member.join_id)
         return counted

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING, Any
 
 from dependency_tracker.core.limits import DDB_MAX_BATCH_GET_KEYS
@@ -70,6 +71,39 @@ def member_outcomes(access: RowAccess, join_id: str) -> tuple[list[MemberOutcome
     return outcomes, [names.get(key, key) for key in duplicates]
 
 
+# Chunk rows per Query page when streaming: a page is then at most 1,000 members' keys.
+CHUNKS_PER_PAGE = 10
+
+
+def member_pages(
+    access: RowAccess, join_id: str
+) -> Iterator[list[tuple[str, MembershipItem | None]]]:
+    """Each member the chunk rows name, once, with its membership row (None: not written yet).
+
+    One page per chunk row, in manifest order (one ``BatchGetItem`` of at most 100
+    keys each): what the results manifest streams, holding one chunk at a time.
+    Members already listed are remembered by a 16-byte digest of their key, not
+    the key (about 100 bytes a member, whatever the id's length), and chunk rows
+    are read :data:`CHUNKS_PER_PAGE` at a time, not a 1 MB ``Query`` page.
+    """
+    seen: set[bytes] = set()
+    for chunk in _chunks(access, join_id, limit=CHUNKS_PER_PAGE):
+        keys = []
+        for key in chunk.members:
+            digest = hashlib.sha256(key.encode("utf-8")).digest()[:16]
+            if digest not in seen:
+                seen.add(digest)
+                keys.append(key)
+        if not keys:
+            continue
+        found = _membership_rows(access, join_id, keys)
+        names = chunk.names()
+        yield [
+            (found[key].payload_id if key in found else names.get(key, key), found.get(key))
+            for key in keys
+        ]
+
+
 def chunk_rows(access: RowAccess, chunk: ChunkItem) -> list[MembershipItem]:
     """The membership rows ``chunk`` wrote (not those of members another chunk listed first)."""
     rows = _membership_rows(access, chunk.join_id, chunk.members).values()
@@ -98,9 +132,10 @@ def _membership_rows(access: RowAccess, join_id: str, keys: list[str]) -> dict[s
     return found
 
 
-def _chunks(access: RowAccess, join_id: str) -> Iterator[ChunkItem]:
+def _chunks(access: RowAccess, join_id: str, limit: int | None = None) -> Iterator[ChunkItem]:
+    """The join's chunk rows in order; ``limit``: at most that many per ``Query`` page."""
     partition = key_attributes(payload_id=join_partition_for(join_id))["payload_id"]["S"]
-    for item in _rows_under(access, partition, CHUNK_KEY_PREFIX):
+    for item in _rows_under(access, partition, CHUNK_KEY_PREFIX, limit=limit):
         yield ChunkItem.from_item(item)
 
 
@@ -110,7 +145,9 @@ def memberships_of(access: RowAccess, payload_id: str) -> Iterator[MembershipIte
         yield MembershipItem.from_item(item)
 
 
-def _rows_under(access: RowAccess, partition: str, prefix: str) -> Iterator[dict[str, Any]]:
+def _rows_under(
+    access: RowAccess, partition: str, prefix: str, *, limit: int | None = None
+) -> Iterator[dict[str, Any]]:
     """The rows of ``partition`` (its key form) whose sort key starts with ``prefix``."""
     query: dict[str, Any] = {
         "TableName": access.table_name,
@@ -118,6 +155,8 @@ def _rows_under(access: RowAccess, partition: str, prefix: str) -> Iterator[dict
         "ExpressionAttributeValues": values(pid=partition, prefix=prefix),
         "ConsistentRead": True,
     }
+    if limit is not None:
+        query["Limit"] = limit
     while True:
         response = access.client.query(**query)
         yield from response.get("Items", [])

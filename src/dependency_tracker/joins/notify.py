@@ -24,6 +24,7 @@ from dependency_tracker.table.items import MembershipItem
 if TYPE_CHECKING:
     from dependency_tracker.answers.parent import ParentAnswers
     from dependency_tracker.joins.counting import JoinCounting
+    from dependency_tracker.joins.results import JoinResults
     from dependency_tracker.joins.rows import JoinItem
     from dependency_tracker.joins.store import JoinStore
     from dependency_tracker.table.dependency_table import DependencyTable
@@ -43,8 +44,10 @@ class JoinNotifier:
         counting: JoinCounting,
         dependencies: DependencyTable,
         retention_days: int,
+        results: JoinResults | None = None,
     ) -> None:
         self.answers = answers
+        self.results = results  # None: no payload bucket, no results manifest
         self.joins = joins
         self.counting = counting
         self.dependencies = dependencies
@@ -119,9 +122,13 @@ class JoinNotifier:
 
         The same text is the success output and the ``QuorumUnreachable`` cause:
         at most :data:`MAX_JOIN_OUTPUT_BYTES`, which fits both limits. Past it the
-        full summary is written to the payload bucket first.
+        full summary is written to the payload bucket first, and with a bucket
+        every member's outcome to the join's results manifest (``results_url``).
         """
         summary = read_summary(self.joins, join)
+        if self.results is not None and self.results.writable:
+            url = self.results.write_decided(join.join_id)
+            summary = summary.model_copy(update={"results_url": url})
         return self.answers.bounded(
             summary.to_json(),
             row=join,

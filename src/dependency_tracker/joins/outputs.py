@@ -61,6 +61,9 @@ class JoinSummary(BaseModel):
     # A join with a deadline: when it falls, and "deadline" once the deadline decided it.
     deadline: datetime | None = None
     decided_by: str | None = None
+    # The join's results manifest (joins/results.py): every member's outcome, one line
+    # each; None without a payload bucket.
+    results_url: str | None = None
 
     @classmethod
     def of(
@@ -129,6 +132,8 @@ class JoinSummary(BaseModel):
         if not self.unregistered:
             exclude.add("unregistered")
         exclude.update(name for name in ("deadline", "decided_by") if getattr(self, name) is None)
+        if self.results_url is None:
+            exclude.add("results_url")
         return self.model_dump_json(exclude=exclude)
 
     def reference(self, summary_url: str | None, limit: int = MAX_JOIN_OUTPUT_BYTES) -> str:
@@ -138,7 +143,7 @@ class JoinSummary(BaseModel):
         left out, never cut: a parent sees either every id or none, and
         ``truncated: true``. ``counts``, ``unregistered``, ``winner`` (either-or)
         and ``cycle`` stay; ``summary_url`` names the full summary when it could
-        be stored.
+        be stored, ``results_url`` the results manifest when one was written.
         """
         fields: dict[str, Any] = {
             "join_id": self.join_id,
@@ -155,6 +160,8 @@ class JoinSummary(BaseModel):
         fields["truncated"] = True
         if summary_url is not None:
             fields["summary_url"] = summary_url
+        if self.results_url is not None:
+            fields["results_url"] = self.results_url
         if utf8_size(json.dumps(fields, separators=(",", ":"))) > limit and "cycle" in fields:
             # Only ids of pathological length get here; the row and the object keep it.
             del fields["cycle"]

@@ -134,6 +134,8 @@ class JoinItem(DependencyRow):
     # Keys of the deadlines index while undecided (sparse: a decision removes them).
     deadline_shard: str | None = None
     deadline_epoch: int | None = None
+    # Set once by the writer of the final results manifest (joins/results.py).
+    results_final_at: datetime | None = None
 
     def tokens(self) -> dict[str, str]:
         """Every task token the join answers, by hash: the first send's, then its retries'."""

@@ -173,6 +173,34 @@ class JoinStore:
         """Each member the chunk rows name, once, with its outcome (manifest order); duplicates."""
         return member_rows.member_outcomes(self._access, join_id)
 
+    def member_pages(self, join_id: str) -> Iterator[list[tuple[str, MembershipItem | None]]]:
+        """The members (whole id, membership row or None) one chunk row at a time, in order."""
+        return member_rows.member_pages(self._access, join_id)
+
+    def claim_results_final(self, join_id: str, *, claim: bool = True) -> bool:
+        """Set (or with ``claim`` False, remove) the join row's ``results_final_at``, once.
+
+        Conditional: only one writer of the final results manifest claims it.
+        """
+        key = key_attributes(payload_id=join_partition_for(join_id), waiter_id=JOIN_ROW_KEY)
+        if not claim:
+            self._client.update_item(
+                TableName=self.table_name, Key=key, UpdateExpression="REMOVE results_final_at"
+            )
+            return True
+        return (
+            update_if(
+                self._client,
+                TableName=self.table_name,
+                Key=key,
+                UpdateExpression="SET results_final_at = :now",
+                ConditionExpression="attribute_exists(waiter_id) AND "
+                "attribute_not_exists(results_final_at)",
+                ExpressionAttributeValues=values(now=utcnow()),
+            )
+            is not None
+        )
+
     def memberships_of(self, payload_id: str) -> Iterator[MembershipItem]:
         """Every join's membership row under one member payload."""
         return member_rows.memberships_of(self._access, payload_id)

@@ -111,6 +111,17 @@ def _object(scope: Scope, bucket: str, key: str) -> str:
     return f"arn:{scope.partition}:s3:::{bucket}/{key}"
 
 
+# A multipart upload's create, parts and completion are s3:PutObject (S3's "Multipart
+# upload and permissions"); its abort is an action of its own.
+_OBJECT_WRITES = {
+    "PutObject": "s3:PutObject",
+    "CreateMultipartUpload": "s3:PutObject",
+    "UploadPart": "s3:PutObject",
+    "CompleteMultipartUpload": "s3:PutObject",
+    "AbortMultipartUpload": "s3:AbortMultipartUpload",
+}
+
+
 def _s3(operation: str, params: dict[str, Any], scope: Scope) -> list[Request] | None:
     bucket = params.get("Bucket", "")
     bucket_arn = f"arn:{scope.partition}:s3:::{bucket}"
@@ -118,8 +129,8 @@ def _s3(operation: str, params: dict[str, Any], scope: Scope) -> list[Request] |
     if operation in {"GetObject", "HeadObject"}:
         # With a version id only s3:GetObjectVersion is needed (S3's GetObject reference).
         return [Request.of(f"s3:GetObject{versioned}", _object(scope, bucket, params["Key"]))]
-    if operation == "PutObject":
-        return [Request.of("s3:PutObject", _object(scope, bucket, params["Key"]))]
+    if operation in _OBJECT_WRITES:
+        return [Request.of(_OBJECT_WRITES[operation], _object(scope, bucket, params["Key"]))]
     if operation == "DeleteObject":
         return [Request.of(f"s3:DeleteObject{versioned}", _object(scope, bucket, params["Key"]))]
     if operation == "CopyObject":

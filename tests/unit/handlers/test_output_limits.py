@@ -22,6 +22,7 @@ from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.limits import SFN_MAX_CAUSE_CHARS, SFN_MAX_PAYLOAD_BYTES, utf8_size
 from dependency_tracker.joins.outputs import MAX_JOIN_OUTPUT_BYTES, JoinSummary, MemberOutcome
 from dependency_tracker.joins.registration_rows import Registration
+from dependency_tracker.joins.results import results_key
 from dependency_tracker.joins.rows import (
     JOIN_COUNT_SHARDS,
     ChunkItem,
@@ -275,8 +276,12 @@ def expected_summary(
     *,
     quorum: int | None = None,
     winner: str | None = None,
+    with_bucket: bool = True,
 ) -> JoinSummary:
-    """The full summary of a join whose members ended as ``ended`` says (the rest pending)."""
+    """The full summary of a join whose members ended as ``ended`` says (the rest pending).
+
+    With a payload bucket it names the join's results manifest (joins/results.py).
+    """
     succeeded = sum(1 for r in ended.values() if r.state is PayloadState.SUCCEEDED)
     failed = len(ended) - succeeded
     header = join_header(members, quorum).model_copy(update={"winner": winner})
@@ -289,7 +294,10 @@ def expected_summary(
     counts = JoinCounts(
         succeeded=succeeded, failed=failed, pending=len(members) - succeeded - failed
     )
-    return JoinSummary.of(header, counts, outcomes)
+    summary = JoinSummary.of(header, counts, outcomes)
+    if with_bucket:
+        summary.results_url = f"s3://{BUCKET}/{results_key(JOIN_ID)}"
+    return summary
 
 
 def stored_join(
@@ -371,12 +379,13 @@ def member_ids(count: int, length: int) -> list[str]:
     return [f"c/workflow-pass/{index:04d}-".ljust(length, "m") for index in range(count)]
 
 
-def all_of_join(summary_bytes: int) -> list[str]:
+def all_of_join(summary_bytes: int, *, with_bucket: bool = True) -> list[str]:
     """Members of an all-of join, every one succeeded, whose summary is ``summary_bytes``."""
     members = member_ids(32, 1000)
 
     def size() -> int:
-        return utf8_size(expected_summary(members, dict.fromkeys(members, SUCCEEDED)).to_json())
+        ended = dict.fromkeys(members, SUCCEEDED)
+        return utf8_size(expected_summary(members, ended, with_bucket=with_bucket).to_json())
 
     members[-1] += "z" * (summary_bytes - size())
     assert size() == summary_bytes
@@ -396,7 +405,9 @@ def test_join_summary_at_its_bound_is_sent_whole(
     assert output["counts"] == {"succeeded": 32, "failed": 0, "pending": 0}
     assert (output["failed"], output["pending"]) == ([], [])
     assert "summary_url" not in output
-    assert stored_objects(aws) == {}
+    # (the one object written is the join's results manifest, which the summary names)
+    assert output["results_url"] == f"s3://{BUCKET}/{results_key(JOIN_ID)}"
+    assert list(stored_objects(aws)) == [results_key(JOIN_ID)]
 
 
 def test_join_summary_one_byte_over_goes_by_summary_url(
@@ -410,6 +421,7 @@ def test_join_summary_one_byte_over_goes_by_summary_url(
     assert utf8_size(params["output"]) <= MAX_JOIN_OUTPUT_BYTES
     output = json.loads(params["output"])
     url = output.pop("summary_url")
+    assert output.pop("results_url") == f"s3://{BUCKET}/{results_key(JOIN_ID)}"
     assert output == {
         "join_id": "j-limits",
         "quorum": 32,
@@ -461,7 +473,7 @@ def test_either_or_does_not_list_every_pending_member(
 
 
 def test_join_over_its_bound_without_a_bucket_is_cut_not_sent_whole(aws: Aws, sent: Sent) -> None:
-    members = all_of_join(MAX_JOIN_OUTPUT_BYTES + 1)
+    members = all_of_join(MAX_JOIN_OUTPUT_BYTES + 1, with_bucket=False)
     row = stored_join(aws, members, dict.fromkeys(members, SUCCEEDED))
     assert flow(aws, None).handle(row) is CallbackAction.PARENT_GONE
     ((_, params),) = sent

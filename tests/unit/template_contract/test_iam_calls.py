@@ -39,6 +39,13 @@ if TYPE_CHECKING:
 
 # Statements granted ahead of the code that uses them: (function, Sid).
 AWAITING_CODE: set[tuple[str, str]] = set()
+# Statements only a failure uses, which the paths below do not provoke: (function, Sid).
+# A results manifest's multipart upload that fails is aborted
+# (tests/unit/flows/test_join_results.py provokes it).
+ON_FAILURE_ONLY = {
+    ("CallbackFunction", "AbortJoinResultsUploads"),
+    ("SweeperFunction", "AbortJoinResultsUploads"),
+}
 # GetObject of a missing key answers NoSuchKey only to a caller allowed s3:ListBucket for
 # that request (else AccessDenied), and a GetObject carries no s3:prefix: the sweeper lists
 # under its cursor's key first (FindCursor), a call of its own; the IAM model holds S3's rule.
@@ -354,7 +361,7 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(
             for call in calls
         )
     ]
-    assert [u for u in unused if u[:2] not in AWAITING_CODE] == [], unused
+    assert [u for u in unused if u[:2] not in AWAITING_CODE | ON_FAILURE_ONLY] == [], unused
     # a grant waits for its code only until the code uses it
     assert {u[:2] for u in unused} >= AWAITING_CODE
     assert clients.client.cache_info().currsize == len(RECORDED_SERVICES), "unwatched client"

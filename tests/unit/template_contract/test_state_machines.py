@@ -17,6 +17,7 @@ from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguagePa
 from dependency_tracker.answers.parent import CALLBACK_OUTPUTS_PREFIX
 from dependency_tracker.core import settings
 from dependency_tracker.joins.member_list import JOIN_MEMBERS_PREFIX
+from dependency_tracker.joins.results import RESULTS_FILE, RESULTS_KEY_PREFIX
 from dependency_tracker.payloads.chaining import CHAINED_PREFIX
 from dependency_tracker.payloads.results import RESULTS_PREFIX
 from dependency_tracker.payloads.runs import LARGE_INPUT_PREFIX
@@ -225,6 +226,10 @@ def test_process_role_reads_manifests_and_writes_only_join_member_lists(
         assert not wider.allowed("ProcessFunction", "s3:PutObject", resource), resource
 
 
+# A join's results manifest: joins/<sha256 of the join id>/results.jsonl, that file alone.
+JOIN_RESULTS = f"{RESULTS_KEY_PREFIX}/*/{RESULTS_FILE}"
+
+
 def test_bucket_writes_are_the_prefixes_the_code_writes(stack: Stack) -> None:
     # GIVEN the key prefixes under which each handler writes to the payload bucket
     bucket = stack.arn_of("PayloadBucket")
@@ -238,7 +243,8 @@ def test_bucket_writes_are_the_prefixes_the_code_writes(stack: Stack) -> None:
             CHAINED_PREFIX,
         },
         "UpdateStateFunction": {RESULTS_PREFIX, CHAINED_PREFIX},  # results, next steps
-        "CallbackFunction": {CALLBACK_OUTPUTS_PREFIX},  # outputs and summaries past a bound
+        # outputs and summaries past a bound; decided joins' results manifests
+        "CallbackFunction": {CALLBACK_OUTPUTS_PREFIX, JOIN_RESULTS},
     }
     for function, prefixes in expected.items():
         # THEN its role may write there and nowhere else in the bucket (or outside it)
@@ -248,7 +254,10 @@ def test_bucket_writes_are_the_prefixes_the_code_writes(stack: Stack) -> None:
             if "s3:PutObject" in statement.actions
             for resource in statement.resources
         }
-        assert written == {f"{bucket}/{prefix}/*" for prefix in prefixes}, function
+        assert written == {
+            f"{bucket}/{prefix}" if prefix.endswith(RESULTS_FILE) else f"{bucket}/{prefix}/*"
+            for prefix in prefixes
+        }, function
         # AND the function is told which bucket that is
         variables = environment(stack, function)
         assert variables[settings.ENV_PAYLOAD_BUCKET] == stack.physical("PayloadBucket").ref

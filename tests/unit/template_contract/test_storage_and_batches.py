@@ -141,10 +141,12 @@ PROCESS_WORST_MESSAGE_CALLS = {
     "stepfunctions": 1,  # StartExecution
 }
 CALLBACK_WORST_RECORD_CALLS = {
-    # row GetItem, member UpdateItem, join decision UpdateItem, notified UpdateItem
-    "dynamodb": 4,
+    # row GetItem, member UpdateItem, join decision UpdateItem, notified UpdateItem, the
+    # join row read again after its results manifest is written
+    "dynamodb": 5,
     "stepfunctions": 1,  # SendTaskSuccess / SendTaskFailure
-    "s3": 1,  # an output past the callback bound, stored by reference
+    # an output past the callback bound, stored by reference; the join's results manifest
+    "s3": 2,
 }
 # Per status report, before its waiters (each waiter adds one conditional UpdateItem).
 STATUS_REPORT_CALLS = {
