@@ -57,6 +57,7 @@ def run_once(members: int, scale: float, *, pace: bool, cap: float | None) -> di
         max_receive_count=MAX_RECEIVE_COUNT,
         platform=True,
         rate_scale=scale,
+        deadlines_interval=None,  # as bench/stack.py's local_stack: no deadline here
     )
     with stack:
         warm_interpreter(stack)

@@ -75,6 +75,10 @@ def local_stack(*, idle_pumps: bool = False) -> EmbeddedStack:
         default_max_concurrency=0,
         default_timeout_seconds=3600,
         platform=True,
+        # The deadlines schedule is a fixed cost a minute on AWS, not a cost of any
+        # waiter (docs/deploy.md); its queries every second here would be counted as each
+        # scenario's. No scenario here has a deadline: bench.deadline_latency measures them.
+        deadlines_interval=None,
     )
 
 
