@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.core.limits import SFN_MAX_EXECUTION_SECONDS
 from dependency_tracker.table.dependency_table import MAX_RECORDED_CYCLE_BYTES
-from dependency_tracker.table.dynamodb import batch_get, put_if_absent, update_if, values
+from dependency_tracker.table.dynamodb import batch_get, pages, put_if_absent, update_if, values
 from dependency_tracker.table.items import (
     JOIN_ROW_KEY,
     EdgeItem,
@@ -121,17 +121,12 @@ class WaitEdges:
             "ConsistentRead": True,
         }
         edges: list[tuple[str, str, datetime]] = []
-        while True:
-            response = self._client.query(**query)
-            for item in response.get("Items", []):
+        for items in pages(self._client.query, query):
+            for item in items:
                 recorded = item.get("waiter_attempt")
                 if attempt is None or recorded is None or int(recorded["N"]) == attempt:
                     created = datetime.fromisoformat(item["created_at"]["S"])
                     edges.append((item["depends_on"]["S"], item["via"]["S"], created))
-            last = response.get("LastEvaluatedKey")
-            if not last:
-                break
-            query["ExclusiveStartKey"] = last
         return list(dict.fromkeys(self._still_waiting(edges)))
 
     def _still_waiting(self, edges: list[tuple[str, str, datetime]]) -> Iterable[str]:

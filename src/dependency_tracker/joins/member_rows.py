@@ -9,7 +9,7 @@ from dependency_tracker.core.limits import DDB_MAX_BATCH_GET_KEYS
 from dependency_tracker.core.threads import ContextExecutor
 from dependency_tracker.joins.outputs import MemberOutcome
 from dependency_tracker.joins.rows import ChunkItem
-from dependency_tracker.table.dynamodb import values
+from dependency_tracker.table.dynamodb import pages, values
 from dependency_tracker.table.items import (
     MEMBERSHIP_KEY_PREFIX,
     MembershipItem,
@@ -157,10 +157,5 @@ def _rows_under(
     }
     if limit is not None:
         query["Limit"] = limit
-    while True:
-        response = access.client.query(**query)
-        yield from response.get("Items", [])
-        last = response.get("LastEvaluatedKey")
-        if not last:
-            return
-        query["ExclusiveStartKey"] = last
+    for items in pages(access.client.query, query):
+        yield from items

@@ -9,7 +9,7 @@ from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
 from dependency_tracker.core.text import clip
 from dependency_tracker.core.threads import ContextExecutor
 from dependency_tracker.core.tokens import PARENT_GONE_OUTCOME
-from dependency_tracker.table.dynamodb import put_if_absent, update_if, values
+from dependency_tracker.table.dynamodb import pages, put_if_absent, update_if, values
 from dependency_tracker.table.items import (
     JOIN_ROW_KEY,
     DependencyRow,
@@ -127,14 +127,8 @@ class DependencyTable:
             scan["ExpressionAttributeValues"] = values(**plain)
         if filters:
             scan["FilterExpression"] = " AND ".join(filters)
-        while True:
-            response = self._client.scan(**scan)
-            items = response.get("Items", [])
+        for items in pages(self._client.scan, scan):
             yield [row_from_item(item) for item in items if not is_bookkeeping_item(item)]
-            last = response.get("LastEvaluatedKey")
-            if not last:
-                return
-            scan["ExclusiveStartKey"] = last
 
     def pending_ids(self, payload_id: str) -> Iterator[list[str]]:
         """Pages of waiter ids of a payload that are still ``PROCESSING`` (whole ids)."""
@@ -406,13 +400,7 @@ class DependencyTable:
             query["ExpressionAttributeValues"].update(
                 values(processing=PayloadState.PROCESSING.value)
             )
-        while True:
-            response = self._client.query(**query)
-            yield response.get("Items", [])
-            last = response.get("LastEvaluatedKey")
-            if not last:
-                return
-            query["ExclusiveStartKey"] = last
+        yield from pages(self._client.query, query)
 
 
 def _key(payload_id: str, waiter_id: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 from dependency_tracker.core.limits import DDB_MAX_BATCH_GET_KEYS
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
@@ -56,6 +56,18 @@ def update_if(client: DynamoDBClient, **request: Any) -> dict[str, Any] | None:
             return None
         raise
     return response
+
+
+def pages(call: Callable[..., Any], request: dict[str, Any]) -> Iterator[list[dict[str, Any]]]:
+    """Each page of a ``Query`` or ``Scan`` (``call``, e.g. ``client.query``), to the last."""
+    request = dict(request)
+    while True:
+        response = call(**request)
+        yield response.get("Items", [])
+        last = response.get("LastEvaluatedKey")
+        if not last:
+            return
+        request["ExclusiveStartKey"] = last
 
 
 def batch_get(
