@@ -140,7 +140,7 @@ def join_wait(row: JoinItem, succeeded: int, failed: int) -> Wait:
         registered=row.registered,
         succeeded=succeeded,
         failed=failed,
-        pending=max(0, (total if total is not None else row.registered) - succeeded - failed),
+        pending=row.counts(succeeded, failed).pending,
     )
 
 

@@ -104,7 +104,8 @@ def take_back(access: RowAccess, member: MembershipItem) -> bool:
     condition = "workflow_state = :old AND " + (
         "notify_outcome = :counted" if member.notified_at else "attribute_not_exists(notified_at)"
     )
-    plain: dict[str, object] = {"old": state.value, "processing": "PROCESSING", "now": now}
+    processing = PayloadState.PROCESSING.value
+    plain: dict[str, object] = {"old": state.value, "processing": processing, "now": now}
     if member.notified_at:
         plain["counted"] = counted
     items: list[dict[str, Any]] = [
@@ -130,7 +131,7 @@ def take_back(access: RowAccess, member: MembershipItem) -> bool:
                 ),
                 "UpdateExpression": "ADD reopened :one SET updated_at = :now",
                 "ConditionExpression": "workflow_state = :processing",
-                "ExpressionAttributeValues": values(one=1, now=now, processing="PROCESSING"),
+                "ExpressionAttributeValues": values(one=1, now=now, processing=processing),
             }
         },
     ]

@@ -32,7 +32,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from dependency_tracker.core.enums import PayloadState, utcnow
 from dependency_tracker.core.observability import logger, metrics
 from dependency_tracker.joins.decision import MAX_DECIDE_READS
-from dependency_tracker.table.dynamodb import values
+from dependency_tracker.table.dynamodb import pages, values
 from dependency_tracker.table.prefixes import JOIN_PARTITION_PREFIX
 from dependency_tracker.table.schema import DEADLINE_INDEX_KEYS, DEADLINES_INDEX
 
@@ -60,12 +60,16 @@ DECIDED_BY_DEADLINE = "deadline"
 
 
 def deadline_problem(
-    deadline: object, min_succeeded: object, *, quorum: int | None, total: int | None, now: datetime
+    deadline: object, min_succeeded: object, *, quorum: int | None, now: datetime
 ) -> str | None:
-    """Why a join's ``deadline`` / ``min_succeeded`` are refused, naming the field; None if fine."""
+    """Why a join's ``deadline`` / ``min_succeeded`` are refused, naming the field; None if fine.
+
+    ``min_succeeded`` over the distinct members is checked with the quorum's own bound
+    (joins/messages.py), and over n once a manifest's n is known (``JoinItem.decision``).
+    """
     if deadline is None:
         return None if min_succeeded is None else "join.min_succeeded needs a join.deadline"
-    return _deadline_problem(deadline, now) or _least_problem(min_succeeded, quorum, total)
+    return _deadline_problem(deadline, now) or _least_problem(min_succeeded, quorum)
 
 
 def _deadline_problem(deadline: object, now: datetime) -> str | None:
@@ -108,7 +112,7 @@ def _time(deadline: object) -> datetime | None:
     return at.replace(tzinfo=UTC) if deadline.upper().endswith("Z") else at
 
 
-def _least_problem(min_succeeded: object, quorum: int | None, total: int | None) -> str | None:
+def _least_problem(min_succeeded: object, quorum: int | None) -> str | None:
     """Why ``min_succeeded`` is not a count the join could reach by its quorum."""
     if min_succeeded is None:
         return None
@@ -116,8 +120,6 @@ def _least_problem(min_succeeded: object, quorum: int | None, total: int | None)
         return f"join.min_succeeded must be a whole number of at least 0, got {min_succeeded!r}"
     if quorum is not None and min_succeeded > quorum:
         return f"join.min_succeeded {min_succeeded} is more than the quorum {quorum}"
-    if total is not None and min_succeeded > total:
-        return f"join.min_succeeded {min_succeeded} is more than the {total} distinct payloads"
     return None
 
 
@@ -171,14 +173,9 @@ class JoinDeadlines:
                     shard=f"deadline#{shard}", now=int(now.timestamp())
                 ),
             }
-            while True:
-                response = self._client.query(**query)
-                for item in response.get("Items", []):
+            for items in pages(self._client.query, query):
+                for item in items:
                     yield item["payload_id"]["S"].removeprefix(JOIN_PARTITION_PREFIX)
-                last = response.get("LastEvaluatedKey")
-                if not last:
-                    break
-                query["ExclusiveStartKey"] = last
 
     def decide(self, join_id: str, now: datetime | None = None) -> bool:
         """Decide ``join_id`` at its deadline if it is due and undecided; True if this did.

@@ -97,9 +97,8 @@ class JoinMessage(BaseModel):
         if spec.quorum is not None and spec.quorum < 1:
             raise invalid(f"quorum must be at least 1, got {spec.quorum}")
         raw_payloads, url = document.get("payloads"), document.get("payloads_url")
-        listed = len(raw_payloads) if isinstance(raw_payloads, list) and url is None else None
         problem = deadline_problem(
-            spec.deadline, spec.min_succeeded, quorum=spec.quorum, total=listed, now=utcnow()
+            spec.deadline, spec.min_succeeded, quorum=spec.quorum, now=utcnow()
         )
         if problem is not None:
             raise invalid(problem)

@@ -127,13 +127,11 @@ class JoinSummary(BaseModel):
         exclude = {"winner"} if self.quorum != 1 else set()
         if not self.duplicates:
             exclude.add("duplicates")
-        if self.cycle is None:
-            exclude.add("cycle")
         if not self.unregistered:
             exclude.add("unregistered")
-        exclude.update(name for name in ("deadline", "decided_by") if getattr(self, name) is None)
-        if self.results_url is None:
-            exclude.add("results_url")
+        # Fields that only some joins have are left out when unset.
+        optional = ("cycle", "deadline", "decided_by", "results_url")
+        exclude.update(name for name in optional if getattr(self, name) is None)
         return self.model_dump_json(exclude=exclude)
 
     def reference(self, summary_url: str | None, limit: int = MAX_JOIN_OUTPUT_BYTES) -> str:
