@@ -35,6 +35,7 @@ from dependency_tracker.intake.invalid import InvalidMessages
 from dependency_tracker.intake.last_receive import LastReceive
 from dependency_tracker.intake.route import Intake
 from dependency_tracker.joins.adoption import JoinAdoption
+from dependency_tracker.joins.cancellation import JoinCancellation
 from dependency_tracker.joins.chunks import ChunkRegistrar
 from dependency_tracker.joins.counting import JoinCounting
 from dependency_tracker.joins.deadlines import JoinDeadlines
@@ -42,6 +43,7 @@ from dependency_tracker.joins.fan_out import ChunkFanOut
 from dependency_tracker.joins.manifest import ManifestReader
 from dependency_tracker.joins.member_list import MemberLists
 from dependency_tracker.joins.notify import JoinNotifier
+from dependency_tracker.joins.parent_links import ParentLinks
 from dependency_tracker.joins.registration import JoinRegistration
 from dependency_tracker.joins.registration_rows import ChunkRows
 from dependency_tracker.joins.reopening import MemberReopening
@@ -266,6 +268,38 @@ class App:
                 sfn=self.clients.sfn,
                 bucket=self.bucket,
                 sqs=self.clients.sqs,
+                parent_ended=(
+                    self.cancellation.parent_ended if self.cancellation is not None else None
+                ),
+            ),
+        )
+
+    @property
+    def chunk_rows(self) -> ChunkRows:
+        """A join's registration rows (membership and chunk rows)."""
+        dependencies = self.dependencies
+        return self._part(
+            "chunk_rows",
+            lambda: ChunkRows(RowAccess(dependencies.client, dependencies.table_name)),
+        )
+
+    @property
+    def cancellation(self) -> JoinCancellation | None:
+        """Stops a gone parent's join members (None in cirrus mode: cirrus runs them)."""
+        settings = self.settings
+        if settings.cirrus_mode:
+            return None
+        return self._part(
+            "cancellation",
+            lambda: JoinCancellation(
+                joins=self.joins,
+                links=ParentLinks(self.dependencies.client, self.dependencies.table_name),
+                rows=self.chunk_rows,
+                dependencies=self.dependencies,
+                states=self.states,
+                sfn=self.clients.sfn,
+                sqs=self.clients.sqs,
+                queue_url=settings.join_queue_url or settings.process_queue_url,
             ),
         )
 
@@ -291,12 +325,14 @@ class App:
                 adoption=JoinAdoption(self.joins),
                 registrar=ChunkRegistrar(
                     joins=self.joins,
-                    rows=ChunkRows(RowAccess(dependencies.client, dependencies.table_name)),
+                    rows=self.chunk_rows,
                     dependencies=dependencies,
                     states=self.states,
                     cycles=self.cycles,
                     runner=self.runner,
+                    cancellation=self.cancellation,
                 ),
+                cancellation=self.cancellation,
             )
 
         return self._part("registration", build)
@@ -316,6 +352,7 @@ class App:
             bucket=self.bucket,
             invalid=invalid,
             last_receive=LastReceive(invalid=invalid, joins=self.joins),
+            cancellation=self.cancellation,
         )
 
     @property
@@ -384,6 +421,7 @@ class App:
                 dependencies=self.dependencies,
                 retention_days=self.settings.waiter_retention_days,
                 results=self.join_results,
+                cancellation=self.cancellation,
             ),
         )
 

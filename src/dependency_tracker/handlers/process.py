@@ -23,7 +23,7 @@ from dependency_tracker.core.observability import log_context, logger, metrics, 
 from dependency_tracker.core.pacing import deadline_scope
 from dependency_tracker.handlers.deadline import RECORD_START_SECONDS, deadline_of
 from dependency_tracker.joins.fan_out import ORIGIN_MESSAGE_ID
-from dependency_tracker.joins.messages import JoinChunkMessage, JoinMessage
+from dependency_tracker.joins.messages import JoinCancelMessage, JoinChunkMessage, JoinMessage
 from dependency_tracker.table.items import join_partition_for
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
             message = flow.parse(record.body, message_id=message_id)
             set_correlation_id(
                 join_partition_for(message.join_id)
-                if isinstance(message, JoinMessage | JoinChunkMessage)
+                if isinstance(message, JoinMessage | JoinChunkMessage | JoinCancelMessage)
                 else message.payload_id
             )
             if isinstance(message, JoinMessage) and _hands_off(record):

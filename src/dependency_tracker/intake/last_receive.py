@@ -14,7 +14,7 @@ from dependency_tracker.core.enums import DependencyError, PayloadState
 from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.core.observability import logger, metrics
 from dependency_tracker.intake.invalid import redact_tokens, token_to_answer
-from dependency_tracker.joins.messages import JoinChunkMessage, JoinMessage
+from dependency_tracker.joins.messages import JoinCancelMessage, JoinChunkMessage, JoinMessage
 from dependency_tracker.waits.messages import ProcessMessage, WaitMessage
 
 if TYPE_CHECKING:
@@ -54,6 +54,11 @@ class LastReceive:
         )
         if isinstance(message, JoinChunkMessage):
             return self._fail_join(message.join_id, cause, token=None)
+        if isinstance(message, JoinCancelMessage):
+            # The join was decided when its parent went: nobody waits for an answer. The
+            # members it did not stop run on; the DLQ keeps the message for a redrive.
+            logger.error("join cancellation failed on its last receive", extra={"reason": reason})
+            return False
         token: str | None
         if isinstance(message, JoinMessage):
             token, error = message.join.task_token, DependencyError.INVALID_JOIN

@@ -8,13 +8,13 @@ the contract promises (docs/contract.md).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
 from dependency_tracker.core.envelopes import open_body
 from dependency_tracker.core.errors import InvalidMessageError
-from dependency_tracker.joins.messages import JoinChunkMessage, JoinMessage
+from dependency_tracker.joins.messages import JoinCancelMessage, JoinChunkMessage, JoinMessage
 from dependency_tracker.payloads.documents import describe
 from dependency_tracker.payloads.kinds import MessageKind, kind_of
 from dependency_tracker.waits.messages import ProcessMessage, WaitMessage
@@ -27,11 +27,13 @@ __all__ = ["JoinMessages", "Message", "WaitMessages", "read_message"]
 WaitMessages = ProcessMessage | WaitMessage
 """The kinds the waits' flow handles (waits/process.py)."""
 
-JoinMessages = JoinMessage | JoinChunkMessage
-"""The kinds the join registration handles (joins/registration.py)."""
+JoinMessages = JoinMessage | JoinChunkMessage | JoinCancelMessage
+"""The kinds the joins handle (joins/registration.py, joins/cancellation.py)."""
 
 Message = WaitMessages | JoinMessages
 """Every process-queue message, one model per :class:`MessageKind`."""
+
+_Own = TypeVar("_Own", JoinChunkMessage, JoinCancelMessage)
 
 
 def read_message(
@@ -51,7 +53,9 @@ def read_message(
     document = open_body(body)
     kind = kind_of(document)
     if kind is MessageKind.JOIN_CHUNK:
-        return _join_chunk(document, message_id)
+        return _own(JoinChunkMessage, document, message_id)
+    if kind is MessageKind.JOIN_CANCEL:
+        return _own(JoinCancelMessage, document, message_id)
     if kind is MessageKind.JOIN:
         return JoinMessage.from_document(document, message_id=message_id, load_url=load_url)
     if kind is MessageKind.WAIT:
@@ -59,9 +63,9 @@ def read_message(
     return ProcessMessage.from_document(document, message_id=message_id, load_url=load_url)
 
 
-def _join_chunk(document: dict[str, Any], message_id: str | None) -> JoinChunkMessage:
-    """The tracker's own chunk message; it carries no token, so nobody is told of a bad one."""
+def _own(model: type[_Own], document: dict[str, Any], message_id: str | None) -> _Own:
+    """One of the tracker's own messages; it carries no token, so nobody is told of a bad one."""
     try:
-        return JoinChunkMessage.model_validate({**document, "message_id": message_id})
+        return model.model_validate({**document, "message_id": message_id})
     except ValidationError as exc:
         raise InvalidMessageError(describe(exc, "message")) from exc

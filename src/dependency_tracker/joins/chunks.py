@@ -27,6 +27,7 @@ from dependency_tracker.table.items import MembershipItem, Resolution, membershi
 
 if TYPE_CHECKING:
     from dependency_tracker.cycles.guard import Cycle, CycleGuard
+    from dependency_tracker.joins.cancellation import JoinCancellation
     from dependency_tracker.joins.registration_rows import ChunkRows
     from dependency_tracker.joins.rows import JoinItem
     from dependency_tracker.joins.store import JoinStore
@@ -48,8 +49,10 @@ class ChunkRegistrar:
         states: StateTable,
         cycles: CycleGuard,
         runner: PayloadRunner,
+        cancellation: JoinCancellation | None = None,
     ) -> None:
         self.joins = joins
+        self.cancellation = cancellation
         self.rows = rows
         self.dependencies = dependencies
         self.states = states
@@ -140,14 +143,11 @@ class ChunkRegistrar:
                 "duplicate payloads in join",
                 extra={"duplicates": repeated[:20], "count": len(repeated)},
             )
-        # Every membership row of the chunk is written before any state is read.
-        seen = self.states.batch_get(own)
-        actions: dict[str, int] = {}
-        for member in own:
-            action = self._runner.settle(
-                distinct[member], membership_id, message_id=message_id, seen=seen.get(member)
-            ).value
-            actions[action] = actions.get(action, 0) + 1
+        actions = self._settle([distinct[member] for member in own], membership_id, message_id)
+        if self.cancellation is not None:
+            # Read after the starts: a cancellation that read this chunk's rows before
+            # they ran is seen here (joins/cancellation.py).
+            self.cancellation.after_chunk(join, index)
         recorded = self.rows.finish_chunk(
             ChunkItem.of(join.join_id, index, own, repeated, now),
             chunks=index + 1 if last else None,
@@ -163,6 +163,20 @@ class ChunkRegistrar:
             # from the start, the counts decide alone.
             self.check_decision(join.join_id)
         return True
+
+    def _settle(
+        self, members: list[ProcessPayload], membership_id: str, message_id: str | None
+    ) -> dict[str, int]:
+        """Start, replay or leave each member; how many of each action."""
+        # Every membership row of the chunk is written before any state is read.
+        seen = self.states.batch_get([member.id for member in members])
+        actions: dict[str, int] = {}
+        for member in members:
+            action = self._runner.settle(
+                member, membership_id, message_id=message_id, seen=seen.get(member.id)
+            ).value
+            actions[action] = actions.get(action, 0) + 1
+        return actions
 
     def check_decision(self, join_id: str) -> None:
         """After a chunk: write ``n`` once known, and decide a join ``n`` settles."""

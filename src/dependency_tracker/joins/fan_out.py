@@ -98,7 +98,7 @@ class ChunkFanOut:
         for batch_start in range(0, len(bodies), SQS_MAX_BATCH_ENTRIES):
             batch = bodies[batch_start : batch_start + SQS_MAX_BATCH_ENTRIES]
             entries = {str(batch_start + number): body for number, body in enumerate(batch)}
-            self._send_batch(self._sqs, self._queue_url, entries)
+            send_batch(self._sqs, self._queue_url, entries, what="join_chunk")
         logger.info(
             "join chunks sent",
             extra={"first_chunk": first, "sent": len(bodies), "chunks": chunks},
@@ -135,21 +135,24 @@ class ChunkFanOut:
         self.send_chunks(join, index, [start], chunks=chunks)
         metrics.add_metric(name="JoinChunksRequeued", unit=MetricUnit.Count, value=1)
 
-    @staticmethod
-    def _send_batch(sqs: SQSClient, queue_url: str, entries: dict[str, str]) -> None:
-        """One ``SendMessageBatch``; entries SQS failed are sent again once, then it raises."""
-        pending = entries
-        for attempt in range(2):
-            response = sqs.send_message_batch(
-                QueueUrl=queue_url,
-                Entries=[{"Id": key, "MessageBody": body} for key, body in pending.items()],
-            )
-            failed = response.get("Failed", [])
-            if not failed:
-                return
-            pending = {item["Id"]: entries[item["Id"]] for item in failed}
-            if attempt == 1 or any(item.get("SenderFault") for item in failed):
-                reasons = sorted({str(item.get("Code")) for item in failed})
-                msg = f"{len(failed)} join_chunk message(s) not sent: {', '.join(reasons)}"
-                # Retried with the whole join message: every chunk sent again is idempotent.
-                raise RuntimeError(msg)
+
+def send_batch(sqs: SQSClient, queue_url: str, entries: dict[str, str], *, what: str) -> None:
+    """One ``SendMessageBatch``; entries SQS failed are sent again once, then it raises.
+
+    ``what`` names the messages in the error. Whoever sends them is retried whole
+    (its message, or its record) when this raises: every message sent twice is idempotent.
+    """
+    pending = entries
+    for attempt in range(2):
+        response = sqs.send_message_batch(
+            QueueUrl=queue_url,
+            Entries=[{"Id": key, "MessageBody": body} for key, body in pending.items()],
+        )
+        failed = response.get("Failed", [])
+        if not failed:
+            return
+        pending = {item["Id"]: entries[item["Id"]] for item in failed}
+        if attempt == 1 or any(item.get("SenderFault") for item in failed):
+            reasons = sorted({str(item.get("Code")) for item in failed})
+            msg = f"{len(failed)} {what} message(s) not sent: {', '.join(reasons)}"
+            raise RuntimeError(msg)

@@ -132,6 +132,16 @@ def _membership_rows(access: RowAccess, join_id: str, keys: list[str]) -> dict[s
     return found
 
 
+def chunk_indexes(access: RowAccess, join_id: str) -> list[int]:
+    """The indexes of the join's chunk rows, read by key alone (a chunk row is up to 400 KB)."""
+    partition = key_attributes(payload_id=join_partition_for(join_id))["payload_id"]["S"]
+    prefix = len(CHUNK_KEY_PREFIX)
+    return [
+        int(item["waiter_id"]["S"][prefix:])
+        for item in _rows_under(access, partition, CHUNK_KEY_PREFIX, keys_only=True)
+    ]
+
+
 def _chunks(access: RowAccess, join_id: str, limit: int | None = None) -> Iterator[ChunkItem]:
     """The join's chunk rows in order; ``limit``: at most that many per ``Query`` page."""
     partition = key_attributes(payload_id=join_partition_for(join_id))["payload_id"]["S"]
@@ -146,7 +156,12 @@ def memberships_of(access: RowAccess, payload_id: str) -> Iterator[MembershipIte
 
 
 def _rows_under(
-    access: RowAccess, partition: str, prefix: str, *, limit: int | None = None
+    access: RowAccess,
+    partition: str,
+    prefix: str,
+    *,
+    limit: int | None = None,
+    keys_only: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """The rows of ``partition`` (its key form) whose sort key starts with ``prefix``."""
     query: dict[str, Any] = {
@@ -157,5 +172,7 @@ def _rows_under(
     }
     if limit is not None:
         query["Limit"] = limit
+    if keys_only:
+        query["ProjectionExpression"] = "waiter_id"
     for items in pages(access.client.query, query):
         yield from items

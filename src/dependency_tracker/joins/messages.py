@@ -12,6 +12,7 @@ from dependency_tracker.core.envelopes import S3_SCHEME, is_s3_url
 from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.core.tokens import token_hash
 from dependency_tracker.joins.deadlines import deadline_problem
+from dependency_tracker.joins.rows import ParentGone
 from dependency_tracker.payloads.documents import (
     PayloadLoader,
     dereference,
@@ -26,6 +27,31 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 JOIN_ID_PATTERN = r"^[A-Za-z0-9_.:/-]{1,200}$"
+# What ``$$.Execution.Id`` of a Standard workflow is (Express ones cannot wait for a token).
+PARENT_EXECUTION_PATTERN = re.compile(
+    r"^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:execution:[A-Za-z0-9_-]{1,80}:[^:\s]{1,80}$"
+)
+
+
+def parent_gone_problem(value: Any, parent_execution: str | None) -> str | None:
+    """Why ``join.on_parent_gone`` is refused; None when it may be used."""
+    if value is None:
+        return None
+    choices = ", ".join(repr(choice.value) for choice in ParentGone)
+    if not isinstance(value, str) or value not in set(ParentGone):
+        return f"join.on_parent_gone must be one of {choices}, got {value!r}"
+    if value == ParentGone.CANCEL:
+        if parent_execution is None:
+            return (
+                "join.on_parent_gone 'cancel' needs join.parent_execution (the parent's "
+                "$$.Execution.Id): the tracker learns the parent is gone from its execution"
+            )
+        if not PARENT_EXECUTION_PATTERN.match(parent_execution):
+            return (
+                "join.parent_execution must be a Standard workflow's execution ARN with "
+                f"on_parent_gone 'cancel', got {parent_execution[:200]!r}"
+            )
+    return None
 
 
 class JoinSpec(BaseModel):
@@ -43,6 +69,8 @@ class JoinSpec(BaseModel):
     # any JSON value here, checked by joins/deadlines.py so each refusal names its field.
     deadline: Any = None
     min_succeeded: Any = None
+    # "keep" (the default) or "cancel": checked by parent_gone_problem, naming the field.
+    on_parent_gone: Any = None
 
 
 class JoinMessage(BaseModel):
@@ -99,7 +127,7 @@ class JoinMessage(BaseModel):
         raw_payloads, url = document.get("payloads"), document.get("payloads_url")
         problem = deadline_problem(
             spec.deadline, spec.min_succeeded, quorum=spec.quorum, now=utcnow()
-        )
+        ) or parent_gone_problem(spec.on_parent_gone, spec.parent_execution)
         if problem is not None:
             raise invalid(problem)
         if url is not None:
@@ -157,6 +185,32 @@ class JoinChunkMessage(BaseModel):
     def join_id(self) -> str:
         """The join this chunk belongs to."""
         return self.join_chunk.join_id
+
+
+class JoinCancel(BaseModel):
+    """Stop a join's members nobody else waits on: every chunk's, or chunk ``chunk``'s."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    join_id: str = Field(pattern=JOIN_ID_PATTERN)
+    cause: str = Field(min_length=1, max_length=2048)
+    chunk: int | None = Field(default=None, ge=0)
+
+
+class JoinCancelMessage(BaseModel):
+    """``{"join_cancel": {...}}``: the tracker's own message once a join's parent is gone.
+
+    Without ``chunk`` it sends one message per registered chunk; with it, that
+    chunk's members are stopped (joins/cancellation.py).
+    """
+
+    join_cancel: JoinCancel
+    message_id: str | None = None
+
+    @property
+    def join_id(self) -> str:
+        """The join being cancelled."""
+        return self.join_cancel.join_id
 
 
 def _count_problem(spec: JoinSpec, total: int | None, listed: int) -> str | None:

@@ -16,13 +16,15 @@ from typing import TYPE_CHECKING
 
 from dependency_tracker.answers.actions import SENT_OUTCOME, CallbackAction
 from dependency_tracker.core.enums import DependencyError, PayloadState
+from dependency_tracker.joins.cancellation import refused_cause
 from dependency_tracker.joins.outputs import MAX_JOIN_OUTPUT_BYTES
-from dependency_tracker.joins.rows import MAX_JOIN_TOKENS
+from dependency_tracker.joins.rows import MAX_JOIN_TOKENS, ParentGone
 from dependency_tracker.joins.summary import invalid_join_cause, read_summary
 from dependency_tracker.table.items import MembershipItem
 
 if TYPE_CHECKING:
     from dependency_tracker.answers.parent import ParentAnswers
+    from dependency_tracker.joins.cancellation import JoinCancellation
     from dependency_tracker.joins.counting import JoinCounting
     from dependency_tracker.joins.results import JoinResults
     from dependency_tracker.joins.rows import JoinItem
@@ -45,8 +47,10 @@ class JoinNotifier:
         dependencies: DependencyTable,
         retention_days: int,
         results: JoinResults | None = None,
+        cancellation: JoinCancellation | None = None,
     ) -> None:
         self.answers = answers
+        self.cancellation = cancellation
         self.results = results  # None: no payload bucket, no results manifest
         self.joins = joins
         self.counting = counting
@@ -73,7 +77,16 @@ class JoinNotifier:
         found = self.answers.pending(image)
         if found is None:
             return CallbackAction.ALREADY_NOTIFIED
-        return self._answer_tokens(found[0], deadline)
+        action = self._answer_tokens(found[0], deadline)
+        join = found[0]
+        if (
+            action is CallbackAction.PARENT_GONE
+            and self.cancellation is not None
+            and join.on_parent_gone == ParentGone.CANCEL
+        ):
+            # No token reached a parent: the members left run for nobody.
+            self.cancellation.begin(join.join_id, refused_cause(join.parent_execution))
+        return action
 
     def _answer_tokens(self, join: JoinItem, deadline: float | None) -> CallbackAction:
         """Answer every token of a decided join not answered yet, then mark the row told.

@@ -29,11 +29,12 @@ from dependency_tracker.joins.adoption import members_digest
 from dependency_tracker.joins.deadlines import deadline_fields
 from dependency_tracker.joins.manifest import ObjectVersion, changed_cause
 from dependency_tracker.joins.member_list import Position
-from dependency_tracker.joins.rows import JoinItem
+from dependency_tracker.joins.rows import JoinItem, ParentGone
 from dependency_tracker.table.items import JOIN_ROW_KEY, join_partition_for
 
 if TYPE_CHECKING:
     from dependency_tracker.joins.adoption import JoinAdoption
+    from dependency_tracker.joins.cancellation import JoinCancellation
     from dependency_tracker.joins.chunks import ChunkRegistrar
     from dependency_tracker.joins.fan_out import ChunkFanOut
     from dependency_tracker.joins.member_list import MemberLists
@@ -53,8 +54,10 @@ class JoinRegistration:
         fan_out: ChunkFanOut,
         adoption: JoinAdoption,
         registrar: ChunkRegistrar,
+        cancellation: JoinCancellation | None = None,
     ) -> None:
         self.joins = joins
+        self.cancellation = cancellation
         self.lists = lists
         self.fan_out = fan_out
         self.adoption = adoption
@@ -71,6 +74,13 @@ class JoinRegistration:
         """
         join_id, token = message.join_id, message.join.task_token
         log_keys(join_id=join_id, token_hash=redact_token(token))
+        if message.join.on_parent_gone == ParentGone.CANCEL and self.cancellation is None:
+            raise InvalidMessageError(
+                "join.on_parent_gone 'cancel' is not available in cirrus mode: cirrus runs the "
+                "members, and the tracker does not stop its executions (leave it out, or 'keep')",
+                task_token=token,
+                error_name=DependencyError.INVALID_JOIN,
+            )
         # Reads the manifest (or writes the inline list under this token's own key):
         # nothing here touches what another token's join with this id wrote.
         payloads, rest, source = self.lists.first_chunk(message, apart=self._continues())
@@ -87,6 +97,7 @@ class JoinRegistration:
             source_version=source.version.version_id if source and source.version else None,
             parent_execution=message.join.parent_execution,
             waiter_payload_id=message.join.waiter_payload_id,
+            on_parent_gone=message.join.on_parent_gone,
             members_digest=None if message.payloads_url else members_digest(message.entries),
             created_at=now,
             updated_at=now,
@@ -109,6 +120,8 @@ class JoinRegistration:
                 self._invalid(existing, changed_cause(existing.source, existing.source_etag, seen))
                 return True
             row = existing or row  # a redelivery: carry on, every step is idempotent
+        if self.cancellation is not None and self.cancellation.watch(row):
+            return True  # its parent is gone already: nothing registers
         # A join created just now has no chunk and no decision yet: nothing to check.
         return self._run(row, 0, payloads, rest, message.message_id, checked=fresh)
 

@@ -50,6 +50,10 @@ class ChunkRows:
         item = self._access.get(join_partition_for(join_id), chunk_id_for(index))
         return None if item is None else ChunkItem.from_item(item)
 
+    def chunk_indexes(self, join_id: str) -> list[int]:
+        """The indexes of the join's chunk rows (read by key: a chunk row is up to 400 KB)."""
+        return member_rows.chunk_indexes(self._access, join_id)
+
     def chunk_rows(self, chunk: ChunkItem) -> list[MembershipItem]:
         """The membership rows ``chunk`` wrote (not those of members another chunk listed first)."""
         return member_rows.chunk_rows(self._access, chunk)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime
+from enum import StrEnum, unique
 from typing import Any, Self
 
 from pydantic import BaseModel, Field
@@ -58,6 +59,15 @@ JOIN_COUNT_SHARDS = 4
 MAX_JOIN_TOKENS = 25
 # Successes a join with a deadline needs at the deadline when ``min_succeeded`` is not given.
 DEFAULT_MIN_SUCCEEDED = 1
+
+
+@unique
+class ParentGone(StrEnum):
+    """What happens to a join's members when its parent is gone (``join.on_parent_gone``)."""
+
+    KEEP = "keep"  # members run on (the default)
+    CANCEL = "cancel"  # members nobody else waits on are stopped (joins/cancellation.py)
+
 
 # The whole ids a chunk row keeps beside its member keys take what is left of DynamoDB's
 # 400 KB item once the keys and the duplicates' keys recording the chunk may add (at
@@ -136,6 +146,11 @@ class JoinItem(DependencyRow):
     deadline_epoch: int | None = None
     # Set once by the writer of the final results manifest (joins/results.py).
     results_final_at: datetime | None = None
+    # "cancel": once the parent is gone (gone_at, gone_cause), the members nobody else
+    # waits on are stopped (joins/cancellation.py); None or "keep": they run on.
+    on_parent_gone: ParentGone | None = None
+    gone_at: datetime | None = None
+    gone_cause: str | None = None
 
     def tokens(self) -> dict[str, str]:
         """Every task token the join answers, by hash: the first send's, then its retries'."""
@@ -153,8 +168,12 @@ class JoinItem(DependencyRow):
 
     @property
     def waiting(self) -> bool:
-        """A parent still waits on the join: undecided, and not released since its last send."""
-        return self.workflow_state is PayloadState.PROCESSING and self.released_at is None
+        """A parent still waits: undecided, not released since its last send, not gone."""
+        return (
+            self.workflow_state is PayloadState.PROCESSING
+            and self.released_at is None
+            and self.gone_at is None
+        )
 
     @property
     def known_total(self) -> int | None:

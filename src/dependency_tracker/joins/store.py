@@ -15,7 +15,7 @@ from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
 from dependency_tracker.core.text import clip
 from dependency_tracker.joins import count_rows, member_rows, token_rows
 from dependency_tracker.joins.row_access import DEFAULT_CONCURRENCY, RowAccess
-from dependency_tracker.joins.rows import JoinItem
+from dependency_tracker.joins.rows import JoinItem, ParentGone
 from dependency_tracker.table.dependency_table import (
     MAX_RECORDED_CYCLE_BYTES,
     MAX_REFUSAL_CAUSE_CHARS,
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
     from dependency_tracker.joins.outputs import MemberOutcome
     from dependency_tracker.table.items import MembershipItem, ReleaseMark, Resolution
+
+
+CANCEL = ParentGone.CANCEL.value
 
 
 class JoinStore:
@@ -121,6 +124,26 @@ class JoinStore:
             )
             is not None
         )
+
+    def mark_gone(self, join_id: str, cause: str) -> JoinItem | None:
+        """Record, once, that a cancelling join's parent is gone; the row, or None.
+
+        None when the join does not exist or does not cancel with its parent. A
+        second call keeps the first time and cause and returns the row all the same.
+        """
+        response = update_if(
+            self._client,
+            TableName=self.table_name,
+            Key=key_attributes(payload_id=join_partition_for(join_id), waiter_id=JOIN_ROW_KEY),
+            UpdateExpression="SET gone_at = if_not_exists(gone_at, :now), "
+            "gone_cause = if_not_exists(gone_cause, :cause)",
+            ConditionExpression="on_parent_gone = :cancel",
+            ExpressionAttributeValues=values(
+                now=utcnow(), cause=clip(cause, MAX_REFUSAL_CAUSE_CHARS), cancel=CANCEL
+            ),
+            ReturnValues="ALL_NEW",
+        )
+        return None if response is None else JoinItem.from_item(response["Attributes"])
 
     # ------------------------------------------------------------------ tokens
 

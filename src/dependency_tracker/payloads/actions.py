@@ -24,6 +24,7 @@ class ProcessAction(StrEnum):
     REFUSED = "refused"  # the wait would close a dependency cycle: DependencyCycle sent
     FORWARDED = "forwarded"  # cirrus mode: sent to cirrus's process queue to run
     ANSWERED = "answered"  # cirrus mode: a redelivery whose waiter had its answer already
+    CANCELLED = "cancelled"  # a join's parent is gone: its chunks' cancels sent, or members stopped
 
     @property
     def metric_name(self) -> str:

@@ -1,7 +1,8 @@
 """The closed set of process-queue message kinds, and which one a document is.
 
 A message is about exactly one thing: a payload to run (or its ``{"url"}``), a wait on a
-payload someone else runs, a join, or a chunk of a join's registration. :func:`kind_of` says
+payload someone else runs, a join, a chunk of a join's registration, or a join's
+cancellation (the tracker's own, when a join's parent is gone). :func:`kind_of` says
 which, or refuses the document naming why; the models themselves are built by the feature
 that owns the kind (``waits/messages.py``, ``joins/messages.py``).
 """
@@ -25,6 +26,7 @@ class MessageKind(StrEnum):
     JOIN = "join"
     WAIT = "wait_for"
     JOIN_CHUNK = "join_chunk"
+    JOIN_CANCEL = "join_cancel"
 
 
 # In the order the contract names them (a refusal lists them so).
@@ -47,6 +49,8 @@ def kind_of(document: Any) -> MessageKind:
     _check(document)
     if MessageKind.JOIN_CHUNK in document:
         return MessageKind.JOIN_CHUNK
+    if MessageKind.JOIN_CANCEL in document:
+        return MessageKind.JOIN_CANCEL
     if MessageKind.JOIN in document:
         return MessageKind.JOIN
     if MessageKind.WAIT in lift_payload(document):

@@ -38,6 +38,8 @@ from dependency_tracker.payloads.results import build_result
 from dependency_tracker.table.items import Resolution
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_stepfunctions import SFNClient
 
@@ -107,8 +109,12 @@ class UpdateStateFlow:
         sfn: SFNClient,
         bucket: PayloadBucket | None = None,
         sqs: SQSClient | None = None,
+        parent_ended: Callable[[str, str], int] | None = None,
     ) -> None:
         self.settings = settings
+        # Joins that cancel with their parent (joins/cancellation.py), told of every end:
+        # any execution may be a join's parent, a payload's own workflow included.
+        self._parent_ended = parent_ended
         self.states = states
         self.dependencies = dependencies
         self._sfn = sfn
@@ -116,7 +122,14 @@ class UpdateStateFlow:
         self._sqs = sqs
 
     def handle(self, change: StatusChange) -> UpdateAction:
-        """Record ``change`` on the payload and resolve the payload's waiters."""
+        """Record ``change`` on the payload and resolve the payload's waiters.
+
+        An execution that ended is also a parent gone, for the joins linked to it.
+        """
+        if self._parent_ended is not None and change.final_state is not None:
+            cancelled = self._parent_ended(change.execution_arn, change.status.value)
+            if cancelled:
+                logger.info("parent gone: its joins cancelled", extra={"joins": cancelled})
         return self._record(change, _Execution(self._sfn, change.execution_arn))
 
     def _record(self, change: StatusChange, execution: _Execution) -> UpdateAction:

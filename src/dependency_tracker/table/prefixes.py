@@ -13,7 +13,9 @@ Dependency table (``payload_id`` / ``waiter_id``):
 * a join's own row: ``join#<join_id>`` / ``join``; its registration chunks:
   ``join#<join_id>`` / ``chunk#<index>``; its count shards:
   ``join#<join_id>#counts#<k>`` / ``counts``;
-* a wait edge: ``waits#<waiter>`` / ``<via>><hash>``.
+* a wait edge: ``waits#<waiter>`` / ``<via>><hash>``;
+* a parent's link to a join that cancels with it: ``join#parent#<execution arn>`` /
+  ``link#<join_id>`` (a join id has no ``#``, so no join's partition is one of these).
 
 State table: an unusable process message is kept at
 ``invalid-message/<message id>`` with the workflow ``invalid-message``.
@@ -35,6 +37,11 @@ COUNT_PARTITION_MARK = f"#{COUNT_SHARD_KEY}#"
 
 EDGE_PARTITION_PREFIX = "waits#"
 
+# Under the join prefix (already reserved): no payload id can take it, and no join id,
+# which has no "#", makes a join partition of this shape.
+PARENT_LINK_PARTITION_PREFIX = f"{JOIN_PARTITION_PREFIX}parent#"
+PARENT_LINK_KEY_PREFIX = "link#"
+
 INVALID_MESSAGE_WORKFLOW = "invalid-message"
 INVALID_MESSAGE_PREFIX = f"{INVALID_MESSAGE_WORKFLOW}/"
 
@@ -52,6 +59,8 @@ __all__ = [
     "JOIN_PARTITION_PREFIX",
     "JOIN_ROW_KEY",
     "MEMBERSHIP_KEY_PREFIX",
+    "PARENT_LINK_KEY_PREFIX",
+    "PARENT_LINK_PARTITION_PREFIX",
     "RESERVED_ID_PREFIXES",
     "WAITER_KEY_PREFIX",
 ]

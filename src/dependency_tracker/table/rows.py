@@ -23,6 +23,7 @@ from dependency_tracker.table.prefixes import (
     CHUNK_KEY_PREFIX,
     COUNT_SHARD_KEY,
     MEMBERSHIP_KEY_PREFIX,
+    PARENT_LINK_KEY_PREFIX,
 )
 
 _DESERIALIZER = TypeDeserializer()
@@ -40,12 +41,14 @@ def register_row_kind(waiter_id: str, model: type[DependencyRow]) -> None:
 
 
 def is_bookkeeping_item(item: dict[str, Any]) -> bool:
-    """True for items that are not waiters: wait edges, join count shards and chunks."""
+    """True for items that are not waiters: wait edges, join count shards, chunks, parent links."""
     if is_edge_item(item):
         return True
     key = item.get("waiter_id")
     text = key.get("S") if isinstance(key, dict) else key
-    return isinstance(text, str) and (text == COUNT_SHARD_KEY or text.startswith(CHUNK_KEY_PREFIX))
+    return isinstance(text, str) and (
+        text == COUNT_SHARD_KEY or text.startswith((CHUNK_KEY_PREFIX, PARENT_LINK_KEY_PREFIX))
+    )
 
 
 def row_from_plain(plain: dict[str, Any]) -> Row:

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.intake.parse import read_message
-from dependency_tracker.joins.messages import JoinChunkMessage, JoinMessage
+from dependency_tracker.joins.messages import JoinCancelMessage, JoinChunkMessage, JoinMessage
 from dependency_tracker.table.prefixes import INVALID_MESSAGE_PREFIX
 from dependency_tracker.waits.messages import ProcessMessage
 from dependency_tracker_cli import render
@@ -77,6 +77,8 @@ class DeadLetter:
             data["payload_ids"] = []
             data["join_id"] = parsed.join_id
             data["payloads_url"] = parsed.join_chunk.payloads_url
+        elif isinstance(parsed, JoinCancelMessage):
+            data["join_id"] = parsed.join_id
         else:
             data["payload_ids"] = [parsed.payload_id]
         return data
