@@ -251,6 +251,7 @@ def join_state(
     deadline: int | str | None = None,
     deadline_path: str | None = None,
     min_succeeded: int | None = None,
+    on_parent_gone: str | None = None,
     comment: str | None = None,
     partition: str = DEFAULT_PARTITION,
 ) -> dict[str, Any]:
@@ -280,6 +281,9 @@ def join_state(
             The state then also catches :data:`DEADLINE_ERROR`.
         deadline_path: JSONPath to the deadline, in place of ``deadline``.
         min_succeeded: Successes the join needs at its deadline (1 when not given).
+        on_parent_gone: ``"cancel"``: when this execution ends (or its answer is
+            refused, or an operator releases it) the members nobody else waits on are
+            stopped; ``"keep"`` or None: they run on.
         comment: The state's ``Comment``.
         partition: The AWS partition of the ``Resource`` ARN.
 
@@ -304,6 +308,9 @@ def join_state(
     if quorum is not None and quorum < 1:
         msg = f"quorum must be at least 1, got {quorum}"
         raise ValueError(msg)
+    if on_parent_gone not in (None, "keep", "cancel"):
+        msg = f"on_parent_gone must be 'keep' or 'cancel', got {on_parent_gone!r}"
+        raise ValueError(msg)
     join: dict[str, Any] = {
         "task_token.$": "$$.Task.Token",
         "parent_execution.$": "$$.Execution.Id",
@@ -318,6 +325,8 @@ def join_state(
         join["waiter_payload_id.$"] = _path(waiter_payload_id_path, "waiter_payload_id_path")
     with_deadline = _deadline(deadline, deadline_path, min_succeeded)
     join.update(with_deadline)
+    if on_parent_gone is not None:
+        join["on_parent_gone"] = on_parent_gone
     body: dict[str, Any] = {"join": join}
     if payloads_path is not None:
         body["payloads.$"] = _path(payloads_path, "payloads_path")

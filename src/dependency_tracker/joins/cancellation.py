@@ -41,8 +41,8 @@ from dependency_tracker.joins.rows import ParentGone
 from dependency_tracker.table.items import MembershipItem, Resolution, WaiterItem
 
 if TYPE_CHECKING:
-    from mypy_boto3_stepfunctions import SFNClient
     from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_stepfunctions import SFNClient
 
     from dependency_tracker.joins.messages import JoinCancelMessage
     from dependency_tracker.joins.parent_links import ParentLinks

@@ -21,6 +21,7 @@ import typer
 from botocore.exceptions import BotoCoreError, ClientError
 from rich.table import Table
 
+from dependency_tracker.app import App
 from dependency_tracker.core.backoff import error_code
 from dependency_tracker.core.enums import DependencyError, utcnow
 from dependency_tracker.core.errors import DependencyTrackerError, PayloadNotFoundError
@@ -28,7 +29,8 @@ from dependency_tracker.core.limits import SFN_MAX_CAUSE_CHARS
 from dependency_tracker.core.settings import Settings
 from dependency_tracker.core.text import clip, fit_json
 from dependency_tracker.core.tokens import PARENT_GONE_CODES, PARENT_GONE_OUTCOME, redact_token
-from dependency_tracker.joins.rows import JoinItem, typed_row
+from dependency_tracker.joins.cancellation import released_cause
+from dependency_tracker.joins.rows import JoinItem, ParentGone, typed_row
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.table.dependency_table import DependencyTable
 from dependency_tracker.table.items import MembershipItem, ReleaseMark, WaiterItem
@@ -279,6 +281,7 @@ class Releaser:
     """Sends ``DependencyReleased`` to each row's tokens and marks them answered."""
 
     def __init__(self, target: Target, *, released_by: str | None, now: datetime) -> None:
+        self.target = target
         self.dependencies = target.dependencies
         self.joins = target.joins
         self.sfn = target.client("stepfunctions")
@@ -353,12 +356,27 @@ class Releaser:
         if released:
             self.joins.mark_released(join, mark, outcome=outcome)
             item.outcome = Outcome.RELEASED
+            if join.on_parent_gone == ParentGone.CANCEL:
+                self._cancel(join, mark)
             return
         current = self.joins.get(join.join_id)
         if current is not None and (current.notified_at is not None or current.answered):
             _answered(item, current)
             return
         item.outcome, item.detail = Outcome.TOKEN_CLOSED, ", ".join(closed)
+
+    def _cancel(self, join: JoinItem, mark: ReleaseMark) -> None:
+        """Stop the members of a released join that cancels with its parent.
+
+        The stack's process function does it: one ``join_cancel`` message on the
+        process queue (joins/cancellation.py), as when the parent's execution ends.
+        """
+        bound = self.target.app.settings.model_copy(
+            update={"process_queue_url": self.target.process_queue_url}
+        )
+        cancellation = App(bound, self.target.client).cancellation
+        if cancellation is not None:
+            cancellation.begin(join.join_id, released_cause(join.parent_execution, mark.reason))
 
     def _closed(self, item: Release, code: str, mark: ReleaseMark) -> None:
         """The token was closed: answered by the tracker meanwhile, or the parent ended."""
