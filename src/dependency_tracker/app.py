@@ -297,8 +297,8 @@ class App:
                 rows=self.chunk_rows,
                 dependencies=self.dependencies,
                 states=self.states,
-                sfn=self.clients.sfn,
-                sqs=self.clients.sqs,
+                sfn=lambda: self.clients.sfn,
+                sqs=lambda: self.clients.sqs,
                 queue_url=settings.join_queue_url or settings.process_queue_url,
             ),
         )

@@ -233,6 +233,20 @@ def wait_state(
     )
 
 
+def _parent_gone(value: str | None) -> dict[str, str]:
+    """The join's ``on_parent_gone`` field, when given.
+
+    Raises:
+        ValueError: Not ``"keep"`` or ``"cancel"``.
+    """
+    if value is None:
+        return {}
+    if value not in ("keep", "cancel"):
+        msg = f"on_parent_gone must be 'keep' or 'cancel', got {value!r}"
+        raise ValueError(msg)
+    return {"on_parent_gone": value}
+
+
 def join_state(
     queue_url: str,
     *,
@@ -308,9 +322,6 @@ def join_state(
     if quorum is not None and quorum < 1:
         msg = f"quorum must be at least 1, got {quorum}"
         raise ValueError(msg)
-    if on_parent_gone not in (None, "keep", "cancel"):
-        msg = f"on_parent_gone must be 'keep' or 'cancel', got {on_parent_gone!r}"
-        raise ValueError(msg)
     join: dict[str, Any] = {
         "task_token.$": "$$.Task.Token",
         "parent_execution.$": "$$.Execution.Id",
@@ -325,8 +336,7 @@ def join_state(
         join["waiter_payload_id.$"] = _path(waiter_payload_id_path, "waiter_payload_id_path")
     with_deadline = _deadline(deadline, deadline_path, min_succeeded)
     join.update(with_deadline)
-    if on_parent_gone is not None:
-        join["on_parent_gone"] = on_parent_gone
+    join.update(_parent_gone(on_parent_gone))
     body: dict[str, Any] = {"join": join}
     if payloads_path is not None:
         body["payloads.$"] = _path(payloads_path, "payloads_path")

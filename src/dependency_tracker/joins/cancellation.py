@@ -41,6 +41,8 @@ from dependency_tracker.joins.rows import ParentGone
 from dependency_tracker.table.items import MembershipItem, Resolution, WaiterItem
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_stepfunctions import SFNClient
 
@@ -90,10 +92,11 @@ class JoinCancellation:
         rows: ChunkRows,
         dependencies: DependencyTable,
         states: StateTable,
-        sfn: SFNClient,
-        sqs: SQSClient | None,
+        sfn: Callable[[], SFNClient],
+        sqs: Callable[[], SQSClient] | None,
         queue_url: str | None,
     ) -> None:
+        """``sfn`` and ``sqs`` make their clients when first used (most flows never cancel)."""
         self.joins = joins
         self.links = links
         self.rows = rows
@@ -116,7 +119,7 @@ class JoinCancellation:
             return False
         self.links.link(join.parent_execution, join.join_id, utcnow())
         try:
-            status = self._sfn.describe_execution(executionArn=join.parent_execution)["status"]
+            status = self._sfn().describe_execution(executionArn=join.parent_execution)["status"]
         except ClientError as exc:
             # Not one the stack may describe (a parent of a foreign account), or no such
             # execution: its end event, if the stack gets it, still cancels the join.
@@ -243,7 +246,7 @@ class JoinCancellation:
     def _stop(self, execution_arn: str, cause: str) -> None:
         """``StopExecution``; an execution already stopped or gone is left as it is."""
         try:
-            self._sfn.stop_execution(
+            self._sfn().stop_execution(
                 executionArn=execution_arn,
                 error=PARENT_GONE_ERROR,
                 cause=cause[:MAX_STOP_CAUSE_CHARS],
@@ -274,7 +277,7 @@ class JoinCancellation:
         for start in range(0, len(bodies), SQS_MAX_BATCH_ENTRIES):
             batch = bodies[start : start + SQS_MAX_BATCH_ENTRIES]
             send_batch(
-                self._sqs,
+                self._sqs(),
                 self._queue_url,
                 {str(start + n): body for n, body in enumerate(batch)},
                 what="join_cancel",

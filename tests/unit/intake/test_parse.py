@@ -108,7 +108,7 @@ def test_a_message_of_two_kinds_is_refused_as_a_join_when_a_join_is_one() -> Non
     with pytest.raises(InvalidMessageError) as caught:
         read_message(body)
     assert caught.value.reason == (
-        "a message carries one of payload, join, wait_for, join_chunk; this one has "
+        "a message carries one of payload, join, wait_for, join_chunk, join_cancel; this one has "
         "'join' and 'wait_for'"
     )
     assert caught.value.task_token == "tok-j"
