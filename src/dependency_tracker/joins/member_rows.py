@@ -138,7 +138,7 @@ def chunk_indexes(access: RowAccess, join_id: str) -> list[int]:
     prefix = len(CHUNK_KEY_PREFIX)
     return [
         int(item["waiter_id"]["S"][prefix:])
-        for item in _rows_under(access, partition, CHUNK_KEY_PREFIX, keys_only=True)
+        for item in _rows_under(access, partition, CHUNK_KEY_PREFIX, keys_only=False)
     ]
 
 

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 JOIN_ID_PATTERN = r"^[A-Za-z0-9_.:/-]{1,200}$"
 # What ``$$.Execution.Id`` of a Standard workflow is (Express ones cannot wait for a token).
 PARENT_EXECUTION_PATTERN = re.compile(
-    r"^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:execution:[A-Za-z0-9_-]{1,80}:[^:\s]{1,80}$"
+    r"arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:execution:[A-Za-z0-9_-]{1,80}:[^:\s]{1,80}",
+    re.ASCII,
 )
 
 
@@ -46,7 +47,7 @@ def parent_gone_problem(value: Any, parent_execution: str | None) -> str | None:
                 "join.on_parent_gone 'cancel' needs join.parent_execution (the parent's "
                 "$$.Execution.Id): the tracker learns the parent is gone from its execution"
             )
-        if not PARENT_EXECUTION_PATTERN.match(parent_execution):
+        if not PARENT_EXECUTION_PATTERN.fullmatch(parent_execution):
             return (
                 "join.parent_execution must be a Standard workflow's execution ARN with "
                 f"on_parent_gone 'cancel', got {parent_execution[:200]!r}"

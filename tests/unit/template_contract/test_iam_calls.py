@@ -79,7 +79,14 @@ def untaken_paths(bucket: str, parent_map: str, parent_join: str) -> list[tuple[
     # the same join sent again by its parent's retry (a new token: it joins the wait)
     retried = {**join, "join": {**join["join"], "task_token": "join-token-2"}}
     lost = {
-        "join": {"task_token": "lost-join", "quorum": 1, "parent_execution": parent_join},
+        # It cancels with its parent (ended by now): registering it finds the parent gone,
+        # and its answer, refused as closed, cancels it again (the callback, the sweeper).
+        "join": {
+            "task_token": "lost-join",
+            "quorum": 1,
+            "parent_execution": parent_join,
+            "on_parent_gone": "cancel",
+        },
         "payloads": [simulated("b", "fail")],
     }
     big = simulated("big")
@@ -246,6 +253,49 @@ def decide_a_deadline(deployment: Deployment) -> bool:
     return bool(wait_until(decided, timeout=30))
 
 
+def cancel_a_join(deployment: Deployment) -> bool:
+    """A wait-for-join parent with on_parent_gone cancel, aborted while its member runs.
+
+    Update-state reads the parent's link and sends the join_cancel; the process function
+    fans it out and stops the member.
+    """
+    stack, recorder = deployment.stack, deployment.recorder
+    slow = simulated("cx")
+    slow["process"][0]["tasks"]["simulate"]["seconds"] = 600
+    parent = deployment.sfn.start_execution(
+        stateMachineArn=stack.physical("WaitForJoinStateMachine").ref,
+        name="parent-cancel",
+        input=json.dumps({"dependencies": [slow], "on_parent_gone": "cancel"}),
+    )["executionArn"]
+    states = StateTable(deployment.dynamodb, stack.physical("StateTable").ref)
+    member = ProcessPayload.model_validate(slow).id
+
+    def state_is(wanted: PayloadState) -> bool:
+        deployment.pump()
+        found = states.get(member)
+        return found is not None and found.state is wanted
+
+    wait_until(lambda: state_is(PayloadState.PROCESSING), timeout=30)
+    # moto's interpreter outlives StopExecution here (the strict layer is not on): the
+    # parent's end reaches update-state as EventBridge would send it
+    described = deployment.sfn.describe_execution(executionArn=parent)
+    described.update(status="ABORTED", stopDate=described["startDate"])
+    event = status_change_event(described, region=REGION, account=ACCOUNT)
+    recorder.handler(stack, "UpdateStateFunction")(event)
+    table = stack.physical("DependencyTable").ref
+
+    def stopped() -> bool:
+        deployment.pump()
+        rows = deployment.dynamodb.query(
+            TableName=table,
+            KeyConditionExpression="payload_id = :p",
+            ExpressionAttributeValues={":p": {"S": member}},
+        )["Items"]
+        return any(row.get("error", {}).get("S") == "JoinParentGone" for row in rows)
+
+    return bool(wait_until(stopped, timeout=30))
+
+
 def test_every_aws_call_is_allowed_and_every_grant_is_used(
     deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -327,13 +377,20 @@ def test_every_aws_call_is_allowed_and_every_grant_is_used(
     # left un-notified long ago
     swept = sweep_lost_callbacks(deployment, done.payload_id)
     assert (swept["found"], swept["parents_gone"] + swept["sent"]) == (4, 4), swept
-    # AND a join whose deadline passes while its member still runs
-    assert decide_a_deadline(deployment)
+    # AND a join whose deadline passes while its member still runs, and a join that
+    # cancels with its parent, whose parent is aborted while a member runs
+    assert all((decide_a_deadline(deployment), cancel_a_join(deployment)))
 
     # THEN every call was allowed by that function's statements, on that resource
     parents = deployment.parents_by_token()
     # an invalid message keeps no parent; this token came from a wait-for-dependencies
-    parents["bad"] = stack.physical("WaitForDependenciesStateMachine").ref
+    # (and the deadline's and the cancelled join's tokens are this test's own, answered late)
+    parents.update(
+        {
+            "bad": stack.physical("WaitForDependenciesStateMachine").ref,
+            "deadline-join": stack.physical("WaitForJoinStateMachine").ref,
+        }
+    )
     calls = with_token_owners(recorder.calls, parents)
     assert {call.function for call in calls} == set(FUNCTIONS)
     assert denied_calls(stack, calls) == []
