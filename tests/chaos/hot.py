@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from dependency_tracker.core import clients
 from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.table.dependency_table import DEFAULT_RESOLVE_CONCURRENCY
+from dependency_tracker.table.prefixes import PARENT_LINK_PARTITION_PREFIX
 from tests.conftest import ROLE_ARN, Aws, payload, payload_id
 from tests.harness import Pumps, managed_running, parent_definition, queue_empty
 
@@ -97,6 +98,10 @@ class ResolveProbe:
     def _tag(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
         # Only this event sees the API parameters; the later ones see the context.
         context["hot_table"] = params.get("TableName")
+        # Update-state also reads the ended execution's parent links (one Query of another
+        # partition, joins/parent_links.py): not a page of the waiters it resolves.
+        partition = params.get("ExpressionAttributeValues", {}).get(":pid", {}).get("S", "")
+        context["hot_link"] = str(partition).startswith(PARENT_LINK_PARTITION_PREFIX)
 
     def _update_started(self, context: dict[str, Any], **_: Any) -> None:
         if not self._ours(context):
@@ -122,7 +127,7 @@ class ResolveProbe:
                 self.updates_refused += 1
 
     def _queried(self, context: dict[str, Any], parsed: dict[str, Any], **_: Any) -> None:
-        if not self._ours(context) or "Error" in parsed:
+        if not self._ours(context) or context.get("hot_link") or "Error" in parsed:
             return
         page = QueryPage(
             scanned=int(parsed.get("ScannedCount", 0)),

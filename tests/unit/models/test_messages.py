@@ -276,7 +276,8 @@ def test_a_message_about_two_things_is_refused_not_half_read(
 ) -> None:
     error = refused(body, load_url=lambda _: json.dumps(payload()))
     assert error.reason == (
-        f"a message carries one of payload, join, wait_for, join_chunk, join_cancel; this one has {kinds}"
+        "a message carries one of payload, join, wait_for, join_chunk, join_cancel; "
+        f"this one has {kinds}"
     )
     assert (error.error_name, error.task_token) == (error_name, "tok")
 
