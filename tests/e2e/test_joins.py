@@ -6,9 +6,11 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from dependency_tracker.core.enums import PayloadState
 from dependency_tracker.joins.manifest import manifest_text
+from dependency_tracker.joins.results import read_results, results_key
 from dependency_tracker.joins.store import JoinStore
 from dependency_tracker.table.items import membership_id_for
 from tests.conftest import wait_until
@@ -114,6 +116,23 @@ def test_timeout_then_the_summary_says_who_finished(stack: LocalStack) -> None:
     assert [(m.payload_id, m.state) for m in outcomes] == [
         (dependency_id("jt-fast"), PayloadState.SUCCEEDED),
         (dependency_id("jt-slow"), None),
+    ]
+    # AND the cause names the results manifest, written once the join is decided (here when
+    # its slow member ends), with every member's outcome
+    bucket = stack.outputs["PayloadBucketName"]
+    assert cause["results_url"] == f"s3://{bucket}/{results_key(cause['join_id'])}"
+
+    def manifest() -> list[tuple[str, str | None]]:
+        try:
+            found = read_results(cause["results_url"], s3=stack.client("s3"))
+            return [(member.payload_id, member.state) for member in found]
+        except ClientError:
+            return []
+
+    assert wait_until(lambda: len(manifest()) == 2, timeout=30)
+    assert sorted(manifest()) == [
+        (dependency_id("jt-fast"), PayloadState.SUCCEEDED),
+        (dependency_id("jt-slow"), PayloadState.SUCCEEDED),
     ]
 
 
