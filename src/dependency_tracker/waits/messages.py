@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dependency_tracker.core.envelopes import PayloadLoader, open_body
 from dependency_tracker.core.errors import InvalidMessageError
@@ -39,6 +39,21 @@ class Callback(BaseModel):
     task_token: Utf8Str = Field(min_length=1, max_length=8192)
     waiter_payload_id: Utf8Str | None = None
     parent_execution: Utf8Str | None = None
+    # Only "keep" (the default) for a single wait: stopping a gone parent's dependencies is a
+    # join's (join.on_parent_gone); "cancel" here is refused rather than silently ignored.
+    on_parent_gone: Any = None
+
+    @field_validator("on_parent_gone")
+    @classmethod
+    def _keep_only(cls, value: Any) -> Any:
+        if value is None or value == "keep":
+            return value
+        msg = (
+            f"only 'keep' is accepted for a single wait, got {value!r}: to stop the "
+            "dependencies nobody else waits on when the parent is gone, wait with a join "
+            "(join.on_parent_gone 'cancel')"
+        )
+        raise ValueError(msg)
 
 
 class ProcessMessage(BaseModel):

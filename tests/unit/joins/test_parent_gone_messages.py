@@ -236,3 +236,29 @@ def test_a_join_cancel_that_is_not_an_object_is_invalid_without_a_token(
     refused = refusal(json.dumps(document))
     assert refused.task_token is None
     assert "message.join_cancel" in refused.reason
+
+
+@pytest.mark.parametrize("kind", ["wait_for", "payload"])
+@pytest.mark.parametrize("value", ["cancel", True, "stop"])
+def test_a_single_wait_refuses_cancel_rather_than_ignoring_it(kind: str, value: Any) -> None:
+    # GIVEN a single wait (or a payload with its callback) that asks for on_parent_gone
+    callback = {"task_token": TOKEN, "parent_execution": PARENT, "on_parent_gone": value}
+    document: dict[str, Any] = (
+        {"wait_for": "s2/workflow-cog/x", "callback": callback}
+        if kind == "wait_for"
+        else {"payload": payload("pg-single"), "callback": callback}
+    )
+    # WHEN it is read THEN it is refused to its token, naming the field and the join that does it
+    refused = refusal(json.dumps(document))
+    assert refused.error_name == DependencyError.INVALID
+    assert refused.task_token == TOKEN
+    assert "callback.on_parent_gone" in refused.reason
+    assert "join.on_parent_gone 'cancel'" in refused.reason
+
+
+def test_a_single_wait_takes_keep() -> None:
+    body = {
+        "wait_for": "s2/workflow-cog/x",
+        "callback": {"task_token": TOKEN, "on_parent_gone": "keep"},
+    }
+    assert read_message(json.dumps(body)).payload_id == "s2/workflow-cog/x"
