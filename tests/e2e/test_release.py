@@ -20,6 +20,7 @@ from tests.e2e.conftest import (
     state_of,
     waiters,
 )
+from tests.e2e.test_joins import start_join
 
 pytestmark = pytest.mark.e2e
 
@@ -62,3 +63,36 @@ def test_a_released_parent_fails_with_the_reason_and_its_dependency_ends_harmles
         assert after.workflow_state is PayloadState.ABORTED
         again = stack.client("stepfunctions").describe_execution(executionArn=parent)
         assert (again["status"], again["error"]) == ("FAILED", "DependencyReleased")
+
+
+def test_releasing_a_join_that_cancels_with_its_parent_stops_its_members() -> None:
+    with LocalStack(port=0, sink=io.StringIO()) as stack:
+        # GIVEN a wait-for-join parent of two slow members with on_parent_gone cancel
+        members = [dependency(f"relc-{index}", seconds=600) for index in range(2)]
+        parent = start_join(stack, "released-cancel", members, on_parent_gone="cancel")
+        ids = [dependency_id(f"relc-{index}") for index in range(2)]
+
+        def running() -> bool:
+            found = [state_of(stack, member) for member in ids]
+            return all(s is not None and s.state is PayloadState.PROCESSING for s in found)
+
+        wait_until(running, timeout=30)
+        # WHEN an operator releases it (the CLI begins the cancellation, through the queue)
+        result = CliRunner().invoke(
+            app,
+            ["release", parent, "--reason", "mosaic cancelled", "--yes", "--json"],
+            env={"AWS_ENDPOINT_URL": stack.outputs["EndpointUrl"], "DEPTRACK_STACK_NAME": None},
+        )
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["released"] == 1
+
+        # THEN its members are stopped, each recorded ABORTED with a cause naming the parent
+        def stopped() -> bool:
+            found = [state_of(stack, member) for member in ids]
+            return all(s is not None and s.state is PayloadState.ABORTED for s in found)
+
+        wait_until(stopped, timeout=60)
+        table = waiters(stack)
+        rows = [next(iter(table.rows(member))) for member in ids]
+        assert {row.error for row in rows} == {"JoinParentGone"}
+        assert all(parent in (row.cause or "") for row in rows)
