@@ -25,6 +25,7 @@ from dependency_tracker.core.errors import (
 from dependency_tracker.core.settings import MAX_JOIN_CHUNK_SIZE
 from dependency_tracker.joins.manifest import ManifestReader
 from dependency_tracker.joins.messages import JoinMessage, read_members
+from dependency_tracker.joins.rows import ParentGone
 from dependency_tracker.payloads.model import ProcessPayload
 from dependency_tracker_cli import hints, io, render
 from dependency_tracker_cli.commands.follow import JOIN, SINGLE, follow_parent, machine_arn
@@ -39,6 +40,7 @@ MAX_NAME_CHARS = 80
 COUNTED_MANIFEST_ENTRIES = MAX_JOIN_CHUNK_SIZE
 # The parent's own task token is not known before it starts; the checks need one.
 _ANY_TOKEN = "-"  # noqa: S105  (a placeholder, no secret)
+_ANY_EXECUTION = "arn:aws:states:us-east-1:000000000000:execution:wait-for-join:check"
 
 
 class WouldFailError(DependencyTrackerError):
@@ -110,6 +112,15 @@ def wait(
             show_default=False,
         ),
     ] = None,
+    on_parent_gone: Annotated[
+        ParentGone | None,
+        typer.Option(
+            "--on-parent-gone",
+            help="cancel: once the parent ends (or is released), stop the members nobody "
+            "else waits on (implies --join; default: keep them running).",
+            show_default=False,
+        ),
+    ] = None,
     manifest_url: Annotated[
         str | None,
         typer.Option(
@@ -176,6 +187,7 @@ def wait(
       dependency-tracker wait tile-1.json tile-2.json
       dependency-tracker wait tiles.json --quorum 2 --payload-id mosaic/1
       dependency-tracker wait tiles.json --deadline 2026-12-01T06:00:00Z --min-succeeded 10
+      dependency-tracker wait tiles.json --on-parent-gone cancel
       dependency-tracker wait slow.json --payload-id mosaic/1 --no-follow
       dependency-tracker wait --manifest-url s3://bucket/manifests/m.jsonl --timeout-seconds 3600
     """
@@ -187,6 +199,8 @@ def wait(
         fail(f"--name must be 1 to {MAX_NAME_CHARS} characters", 2)
     target.use_cirrus(prefix=cirrus_prefix, state_table=cirrus_state_table)
     by = _deadline(deadline, min_succeeded)
+    if on_parent_gone is not None:
+        by["on_parent_gone"] = on_parent_gone.value
     joined = join or quorum is not None or manifest_url is not None or bool(by)
     machine = JOIN if joined else SINGLE
     dependencies = _dependencies(target, sources or [])
@@ -303,7 +317,9 @@ def _check_join(
         if manifest_url is not None
         else {"payloads": dependencies.entries}
     )
-    document = {"join": {"task_token": _ANY_TOKEN, "quorum": quorum, **by}, **source}
+    # The parent's execution is its own $$.Execution.Id, made when it starts: any will do here.
+    checked = {"task_token": _ANY_TOKEN, "parent_execution": _ANY_EXECUTION, "quorum": quorum}
+    document = {"join": {**checked, **by}, **source}
     try:
         JoinMessage.from_document(document, message_id=None, load_url=None)
         ids = dependencies.ids if manifest_url is None else _manifest_ids(target, manifest_url)

@@ -166,3 +166,23 @@ def test_a_deadline_the_tracker_would_refuse_starts_nothing_and_a_good_one_is_se
     sent = json.loads(aws.sfn.describe_execution(executionArn=arn)["input"])
     assert (sent["deadline"], sent["min_succeeded"]) == (60, 1)
     assert "wait-for-join" in arn
+
+
+def test_on_parent_gone_cancel_starts_wait_for_join_with_it_and_a_typo_is_refused(
+    aws: Aws, parents: dict[str, str], tmp_path: Path
+) -> None:
+    # GIVEN two payload files
+    files = [write(tmp_path, f"{item}.json", payload(item)) for item in ("a", "b")]
+    # WHEN the option is misspelt THEN nothing starts (the CLI names the choices)
+    typo = wait(*files, "--on-parent-gone", "stop")
+    assert typo.exit_code == 2
+    assert "keep" in typo.output
+    assert "cancel" in typo.output
+    assert executions(aws, parents) == []
+    # WHEN it is cancel THEN wait-for-join starts (it implies --join) with the field
+    started = wait(*files, "--on-parent-gone", "cancel", "--no-follow")
+    assert started.exit_code == 0, started.output
+    (arn,) = executions(aws, parents)
+    assert "wait-for-join" in arn
+    sent = json.loads(aws.sfn.describe_execution(executionArn=arn)["input"])
+    assert sent["on_parent_gone"] == "cancel"
