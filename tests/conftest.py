@@ -228,6 +228,20 @@ class Aws:
         result: dict[str, Any] = wait_until(stopped, timeout=timeout)
         return result
 
+    def queued(self) -> list[dict[str, Any]]:
+        """Receive (and delete) every message on the process queue: their bodies."""
+        bodies: list[dict[str, Any]] = []
+        while True:
+            response = self.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10)
+            messages = response.get("Messages", [])
+            if not messages:
+                return bodies
+            for message in messages:
+                bodies.append(json.loads(message["Body"]))
+                self.sqs.delete_message(
+                    QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"]
+                )
+
     def stream_records(self) -> list[dict[str, Any]]:
         """Every record on the dependency table's stream so far."""
         records: list[dict[str, Any]] = []

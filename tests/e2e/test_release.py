@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -27,6 +28,18 @@ pytestmark = pytest.mark.e2e
 ITEM = "rel-1"
 
 
+def release(stack: LocalStack, parent: str, reason: str) -> dict[str, Any]:
+    """``dependency-tracker release PARENT --reason REASON --yes --json`` against the stack."""
+    result = CliRunner().invoke(
+        app,
+        ["release", parent, "--reason", reason, "--yes", "--json"],
+        env={"AWS_ENDPOINT_URL": stack.outputs["EndpointUrl"], "DEPTRACK_STACK_NAME": None},
+    )
+    assert result.exit_code == 0, result.output
+    output: dict[str, Any] = json.loads(result.stdout)
+    return output
+
+
 def test_a_released_parent_fails_with_the_reason_and_its_dependency_ends_harmlessly() -> None:
     with LocalStack(port=0, sink=io.StringIO()) as stack:
         # GIVEN a real parent waiting on a dependency that takes a while (long enough for the
@@ -36,13 +49,7 @@ def test_a_released_parent_fails_with_the_reason_and_its_dependency_ends_harmles
         (row,) = wait_until(lambda: list(table.waiters(dependency_id(ITEM))), timeout=10)
         assert row.parent_execution == parent
         # WHEN an operator releases the parent
-        result = CliRunner().invoke(
-            app,
-            ["release", parent, "--reason", "INC-7: tile never comes", "--yes", "--json"],
-            env={"AWS_ENDPOINT_URL": stack.outputs["EndpointUrl"], "DEPTRACK_STACK_NAME": None},
-        )
-        assert result.exit_code == 0, result.output
-        assert json.loads(result.stdout)["released"] == 1
+        assert release(stack, parent, "INC-7: tile never comes")["released"] == 1
         # THEN the parent fails with DependencyReleased, the reason in its cause
         described = finished(stack, parent, timeout=10)
         assert (described["status"], described["error"]) == ("FAILED", "DependencyReleased")
@@ -78,13 +85,7 @@ def test_releasing_a_join_that_cancels_with_its_parent_stops_its_members() -> No
 
         wait_until(running, timeout=30)
         # WHEN an operator releases it (the CLI begins the cancellation, through the queue)
-        result = CliRunner().invoke(
-            app,
-            ["release", parent, "--reason", "mosaic cancelled", "--yes", "--json"],
-            env={"AWS_ENDPOINT_URL": stack.outputs["EndpointUrl"], "DEPTRACK_STACK_NAME": None},
-        )
-        assert result.exit_code == 0, result.output
-        assert json.loads(result.stdout)["released"] == 1
+        assert release(stack, parent, "mosaic cancelled")["released"] == 1
 
         # THEN its members are stopped, each recorded ABORTED with a cause naming the parent
         def stopped() -> bool:

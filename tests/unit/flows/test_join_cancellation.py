@@ -105,20 +105,8 @@ class Stack:
         self.drain()
 
     def queued(self) -> list[dict[str, Any]]:
-        """Receive (and delete) every message on the queue."""
-        bodies: list[dict[str, Any]] = []
-        while True:
-            response = self.aws.sqs.receive_message(
-                QueueUrl=self.aws.queue_url, MaxNumberOfMessages=10
-            )
-            messages = response.get("Messages", [])
-            if not messages:
-                return bodies
-            for message in messages:
-                bodies.append(json.loads(message["Body"]))
-                self.aws.sqs.delete_message(
-                    QueueUrl=self.aws.queue_url, ReceiptHandle=message["ReceiptHandle"]
-                )
+        """Receive (and delete) every message on the process queue."""
+        return self.aws.queued()
 
     def drain(self) -> list[dict[str, Any]]:
         """Handle queued messages until none is left; the bodies handled."""

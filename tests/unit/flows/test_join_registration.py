@@ -64,19 +64,7 @@ class Harness:
 
     def queued(self) -> list[dict[str, Any]]:
         """Receive (and delete) every message on the process queue."""
-        bodies: list[dict[str, Any]] = []
-        while True:
-            response = self.aws.sqs.receive_message(
-                QueueUrl=self.aws.queue_url, MaxNumberOfMessages=10
-            )
-            messages = response.get("Messages", [])
-            if not messages:
-                return bodies
-            for message in messages:
-                bodies.append(json.loads(message["Body"]))
-                self.aws.sqs.delete_message(
-                    QueueUrl=self.aws.queue_url, ReceiptHandle=message["ReceiptHandle"]
-                )
+        return self.aws.queued()
 
     def drain(self) -> int:
         """Handle continuation messages until none is left; returns how many there were."""
