@@ -18,6 +18,7 @@ from dependency_tracker.core.errors import InvalidMessageError
 from dependency_tracker.intake.parse import read_message
 from dependency_tracker.joins.messages import JoinCancelMessage, JoinMessage, parent_gone_problem
 from dependency_tracker.joins.rows import ParentGone
+from dependency_tracker.waits.messages import WaitMessage
 from tests.conftest import payload
 
 PARENT = "arn:aws:states:us-east-1:123456789012:execution:parent-machine:run-1"
@@ -261,4 +262,6 @@ def test_a_single_wait_takes_keep() -> None:
         "wait_for": "s2/workflow-cog/x",
         "callback": {"task_token": TOKEN, "on_parent_gone": "keep"},
     }
-    assert read_message(json.dumps(body)).payload_id == "s2/workflow-cog/x"
+    message = read_message(json.dumps(body))
+    assert isinstance(message, WaitMessage)
+    assert message.payload_id == "s2/workflow-cog/x"
