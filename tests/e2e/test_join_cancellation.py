@@ -83,21 +83,37 @@ def test_a_cancelled_1000_member_join_stops_its_members_but_not_those_another_pa
 
 
 def test_a_join_without_cancel_leaves_its_members_running(stack: LocalStack) -> None:
-    # GIVEN a join (keep, the default) of two slow members
-    parent = start_join(
-        stack, "keep-parent", [dependency(f"kp-{i}", seconds=600) for i in range(2)]
+    # GIVEN a join (keep, the default) and a join with cancel, each of two slow members
+    keep = start_join(stack, "keep-parent", [dependency(f"kp-{i}", seconds=600) for i in range(2)])
+    cancel = start_join(
+        stack,
+        "cancel-after-keep",
+        [dependency(f"kc-{i}", seconds=600) for i in range(2)],
+        on_parent_gone="cancel",
     )
     dependencies = waiters(stack)
     joins = JoinStore(dependencies.client, dependencies.table_name)
-    wait_until(lambda: _registered(stack, parent, joins) == 2, timeout=60)
-    # WHEN its parent is aborted
-    stack.client("stepfunctions").stop_execution(executionArn=parent)
-    finished(stack, parent)
-    # THEN the members run on (the update-state of the parent's end has passed)
+    wait_until(lambda: _registered(stack, keep, joins) == 2, timeout=60)
+    wait_until(lambda: _registered(stack, cancel, joins) == 2, timeout=60)
+    # WHEN the keep join's parent is aborted, then the other's
+    sfn = stack.client("stepfunctions")
+    sfn.stop_execution(executionArn=keep)
+    finished(stack, keep)
+    sfn.stop_execution(executionArn=cancel)
+    # THEN once the later parent's members are stopped (its end handled after the first's)
     table = states(stack)
-    wait_until(lambda: (row := joins.get(_join_id(stack, parent))) and row.gone_at is None)
-    found = table.batch_get([dependency_id(f"kp-{i}") for i in range(2)])
-    assert {s.state for s in found.values()} == {PayloadState.PROCESSING}
+
+    def states_of(prefix: str) -> set[PayloadState]:
+        found = table.batch_get([dependency_id(f"{prefix}-{i}") for i in range(2)])
+        return {item.state for item in found.values()}
+
+    wait_until(lambda: states_of("kc") == {PayloadState.ABORTED}, timeout=60)
+    # the keep join's members run on, and the join was never marked gone
+    assert states_of("kp") == {PayloadState.PROCESSING}
+    row = joins.get(_join_id(stack, keep))
+    assert row is not None
+    assert row.gone_at is None
+    assert row.on_parent_gone is None
 
 
 def test_cancel_without_a_parent_execution_is_refused_naming_the_field(stack: LocalStack) -> None:
