@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from dependency_tracker.joins.results import results_key
 from dependency_tracker_local import LocalStack, definitions
 from tests.conftest import ROLE_ARN, wait_until
 
@@ -131,10 +132,11 @@ def test_the_message_carries_the_list_or_the_manifest_url(
         "parent_execution",
         "deadline",
         "min_succeeded",
+        "on_parent_gone",
     }
     assert (join["quorum"], join["waiter_payload_id"]) == (1, "w/1")
-    # No deadline given: null, which the tracker reads as none.
-    assert (join["deadline"], join["min_succeeded"]) == (None, None)
+    # No deadline or on_parent_gone given: null, which the tracker reads as none (keep).
+    assert (join["deadline"], join["min_succeeded"], join["on_parent_gone"]) == (None, None, None)
     ended(stack, arn)
 
 
@@ -213,6 +215,7 @@ def test_timeout_cause_sums_the_count_shards(stack: LocalStack, recorder: Record
         timed_out_with_rows(stack, recorder, f"counted-{index}", row, counts=counts)
         for index, (row, counts, _) in enumerate(cases)
     ]
+    bucket = stack.outputs["PayloadBucketName"]
     for (arn, join_id), (_, counts, expected) in zip(started, cases, strict=True):
         cause = timed_out_cause(ended(stack, arn))
         assert json.loads(cause) == {
@@ -220,6 +223,7 @@ def test_timeout_cause_sums_the_count_shards(stack: LocalStack, recorder: Record
             **expected,
             "counts": {"succeeded": 3, "failed": 1} if counts else {"succeeded": 0, "failed": 0},
             "row": {"payload_id": f"join#{join_id}", "waiter_id": "join"},
+            "results_url": f"s3://{bucket}/{results_key(join_id)}",
         }
         assert cause == json.dumps(json.loads(cause), separators=(",", ":"))  # compact
 
