@@ -22,8 +22,13 @@ DEADLINE_SECONDS = 5
 
 
 def members() -> list[dict[str, Any]]:
-    fast = [dependency(f"dl-{index:03d}") for index in range(FAST)]
-    return fast + [dependency(f"dl-slow-{index}", seconds=300) for index in range(SLOW)]
+    """The slow members first: they are in the first chunk, registered with the join.
+
+    A deadline counts from registration: on a loaded machine it may pass before a later
+    chunk registers (its members are then ``unregistered``, never started).
+    """
+    slow = [dependency(f"dl-slow-{index}", seconds=300) for index in range(SLOW)]
+    return slow + [dependency(f"dl-{index:03d}") for index in range(FAST)]
 
 
 def test_a_200_member_join_succeeds_at_its_deadline_and_one_needing_more_fails(
@@ -57,7 +62,8 @@ def test_a_200_member_join_succeeds_at_its_deadline_and_one_needing_more_fails(
     assert summary["decided_by"] == "deadline"
     assert slow <= set(summary["pending"])
     assert summary["failed"] == []
-    assert len(summary["succeeded"]) + len(summary["pending"]) == FAST + SLOW
+    named = len(summary["succeeded"]) + len(summary["pending"])
+    assert named + summary.get("unregistered", 0) == FAST + SLOW
     # AND it was decided at its deadline, not before
     dependencies = waiters(stack)
     row = JoinStore(dependencies.client, dependencies.table_name).get(summary["join_id"])
