@@ -275,13 +275,17 @@ class App:
         )
 
     @property
-    def chunk_rows(self) -> ChunkRows:
-        """A join's registration rows (membership and chunk rows)."""
+    def join_access(self) -> RowAccess:
+        """The dependency table's calls that a join's rows share (reads, queries, transactions)."""
         dependencies = self.dependencies
         return self._part(
-            "chunk_rows",
-            lambda: ChunkRows(RowAccess(dependencies.client, dependencies.table_name)),
+            "join_access", lambda: RowAccess(dependencies.client, dependencies.table_name)
         )
+
+    @property
+    def chunk_rows(self) -> ChunkRows:
+        """A join's registration rows (membership and chunk rows)."""
+        return self._part("chunk_rows", lambda: ChunkRows(self.join_access))
 
     @property
     def cancellation(self) -> JoinCancellation | None:
@@ -293,7 +297,9 @@ class App:
             "cancellation",
             lambda: JoinCancellation(
                 joins=self.joins,
-                links=ParentLinks(self.dependencies.client, self.dependencies.table_name),
+                links=ParentLinks(
+                    RowAccess(self.dependencies.client, self.dependencies.table_name)
+                ),
                 rows=self.chunk_rows,
                 dependencies=self.dependencies,
                 states=self.states,

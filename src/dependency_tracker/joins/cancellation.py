@@ -36,7 +36,7 @@ from dependency_tracker.core.limits import SQS_MAX_BATCH_ENTRIES
 from dependency_tracker.core.observability import logger, metrics
 from dependency_tracker.core.threads import ContextExecutor
 from dependency_tracker.joins.fan_out import send_batch
-from dependency_tracker.joins.messages import JoinCancel
+from dependency_tracker.joins.messages import JoinCancel, JoinCancelMessage
 from dependency_tracker.joins.rows import ParentGone
 from dependency_tracker.table.items import MembershipItem, Resolution, WaiterItem
 
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_stepfunctions import SFNClient
 
-    from dependency_tracker.joins.messages import JoinCancelMessage
     from dependency_tracker.joins.parent_links import ParentLinks
     from dependency_tracker.joins.registration_rows import ChunkRows
     from dependency_tracker.joins.rows import JoinItem
@@ -260,16 +259,9 @@ class JoinCancellation:
     def _send(self, cancels: list[JoinCancel]) -> None:
         """Send ``join_cancel`` messages, ten to a batch (to the join queue)."""
         if self._sqs is None or self._queue_url is None:
-            # No queue to fan out through (a test's stack): do the work here.
+            # No queue to fan out through (a stack without one): each message is handled here.
             for cancel in cancels:
-                join = self.joins.get(cancel.join_id)
-                if join is None:
-                    continue
-                if cancel.chunk is None:
-                    for index in self.rows.chunk_indexes(join.join_id):
-                        self.stop_chunk(join, index)
-                else:
-                    self.stop_chunk(join, cancel.chunk)
+                self.handle(JoinCancelMessage(join_cancel=cancel))
             return
         bodies = [
             json.dumps({"join_cancel": cancel.model_dump(exclude_none=True)}) for cancel in cancels

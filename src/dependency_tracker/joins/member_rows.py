@@ -9,7 +9,6 @@ from dependency_tracker.core.limits import DDB_MAX_BATCH_GET_KEYS
 from dependency_tracker.core.threads import ContextExecutor
 from dependency_tracker.joins.outputs import MemberOutcome
 from dependency_tracker.joins.rows import ChunkItem
-from dependency_tracker.table.dynamodb import pages, values
 from dependency_tracker.table.items import (
     MEMBERSHIP_KEY_PREFIX,
     MembershipItem,
@@ -138,41 +137,18 @@ def chunk_indexes(access: RowAccess, join_id: str) -> list[int]:
     prefix = len(CHUNK_KEY_PREFIX)
     return [
         int(item["waiter_id"]["S"][prefix:])
-        for item in _rows_under(access, partition, CHUNK_KEY_PREFIX, keys_only=False)
+        for item in access.rows_under(partition, CHUNK_KEY_PREFIX, projection="waiter_id")
     ]
 
 
 def _chunks(access: RowAccess, join_id: str, limit: int | None = None) -> Iterator[ChunkItem]:
     """The join's chunk rows in order; ``limit``: at most that many per ``Query`` page."""
     partition = key_attributes(payload_id=join_partition_for(join_id))["payload_id"]["S"]
-    for item in _rows_under(access, partition, CHUNK_KEY_PREFIX, limit=limit):
+    for item in access.rows_under(partition, CHUNK_KEY_PREFIX, limit=limit):
         yield ChunkItem.from_item(item)
 
 
 def memberships_of(access: RowAccess, payload_id: str) -> Iterator[MembershipItem]:
     """Every join's membership row under ``payload_id``: one consistent ``Query`` per page."""
-    for item in _rows_under(access, partition_key(payload_id), MEMBERSHIP_KEY_PREFIX):
+    for item in access.rows_under(partition_key(payload_id), MEMBERSHIP_KEY_PREFIX):
         yield MembershipItem.from_item(item)
-
-
-def _rows_under(
-    access: RowAccess,
-    partition: str,
-    prefix: str,
-    *,
-    limit: int | None = None,
-    keys_only: bool = False,
-) -> Iterator[dict[str, Any]]:
-    """The rows of ``partition`` (its key form) whose sort key starts with ``prefix``."""
-    query: dict[str, Any] = {
-        "TableName": access.table_name,
-        "KeyConditionExpression": "payload_id = :pid AND begins_with(waiter_id, :prefix)",
-        "ExpressionAttributeValues": values(pid=partition, prefix=prefix),
-        "ConsistentRead": True,
-    }
-    if limit is not None:
-        query["Limit"] = limit
-    if keys_only:
-        query["ProjectionExpression"] = "waiter_id"
-    for items in pages(access.client.query, query):
-        yield from items

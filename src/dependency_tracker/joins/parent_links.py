@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from dependency_tracker.joins.row_access import bookkeeping_expiry
-from dependency_tracker.table.dynamodb import pages, values
 from dependency_tracker.table.items import TableItem
 from dependency_tracker.table.keys import partition_key
 from dependency_tracker.table.prefixes import (
@@ -21,7 +20,7 @@ from dependency_tracker.table.prefixes import (
 )
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
+    from dependency_tracker.joins.row_access import RowAccess
 
 
 def link_partition_for(parent_execution: str) -> str:
@@ -55,30 +54,19 @@ class ParentLink(TableItem):
 class ParentLinks:
     """Writes and reads the link rows."""
 
-    def __init__(self, client: DynamoDBClient, table_name: str) -> None:
-        self._client = client
-        self.table_name = table_name
+    def __init__(self, access: RowAccess) -> None:
+        self._access = access
 
     def link(self, parent_execution: str, join_id: str, now: datetime) -> None:
         """Write the link (a redelivery writes the same row again)."""
-        self._client.put_item(
-            TableName=self.table_name, Item=ParentLink.of(parent_execution, join_id, now).to_item()
+        self._access.client.put_item(
+            TableName=self._access.table_name,
+            Item=ParentLink.of(parent_execution, join_id, now).to_item(),
         )
 
     def joins_of(self, parent_execution: str) -> list[str]:
         """The joins linked to ``parent_execution``: one consistent ``Query`` (a page per 1 MB)."""
-        query = {
-            "TableName": self.table_name,
-            "KeyConditionExpression": "payload_id = :pid AND begins_with(waiter_id, :prefix)",
-            "ExpressionAttributeValues": values(
-                pid=link_partition_for(parent_execution), prefix=PARENT_LINK_KEY_PREFIX
-            ),
-            "ProjectionExpression": "join_id",
-            "ConsistentRead": True,
-        }
-        return [
-            item["join_id"]["S"]
-            for items in pages(self._client.query, query)
-            for item in items
-            if "join_id" in item
-        ]
+        rows = self._access.rows_under(
+            link_partition_for(parent_execution), PARENT_LINK_KEY_PREFIX, projection="join_id"
+        )
+        return [item["join_id"]["S"] for item in rows if "join_id" in item]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from dependency_tracker.table.dynamodb import batch_get
+from dependency_tracker.table.dynamodb import batch_get, pages, values
 from dependency_tracker.table.items import key_attributes
 
 if TYPE_CHECKING:
@@ -65,6 +65,32 @@ class RowAccess:
             ConsistentRead=True,
         )
         return response.get("Item")
+
+    def rows_under(
+        self,
+        partition: str,
+        prefix: str,
+        *,
+        limit: int | None = None,
+        projection: str | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """The rows of ``partition`` (its key form) whose sort key starts with ``prefix``.
+
+        Consistent ``Query`` pages to the last; ``limit`` items a page at most, and only the
+        ``projection`` attributes when given.
+        """
+        query: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "payload_id = :pid AND begins_with(waiter_id, :prefix)",
+            "ExpressionAttributeValues": values(pid=partition, prefix=prefix),
+            "ConsistentRead": True,
+        }
+        if limit is not None:
+            query["Limit"] = limit
+        if projection is not None:
+            query["ProjectionExpression"] = projection
+        for items in pages(self.client.query, query):
+            yield from items
 
     def batch_get(self, keys: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         """Consistent ``BatchGetItem`` of at most 100 keys, unprocessed keys retried."""

@@ -21,6 +21,7 @@ from dependency_tracker.joins.cancellation import (
     ended_cause,
 )
 from dependency_tracker.joins.parent_links import ParentLinks, link_partition_for
+from dependency_tracker.joins.row_access import RowAccess
 from dependency_tracker.joins.rows import JoinItem, ParentGone
 from dependency_tracker.payloads.bucket import PayloadBucket
 from dependency_tracker.table.items import (
@@ -68,7 +69,7 @@ class Stack:
         cancellation = root.cancellation
         assert cancellation is not None
         self.cancellation: JoinCancellation = cancellation
-        self.links = ParentLinks(aws.dynamodb, aws.dependencies.table_name)
+        self.links = ParentLinks(RowAccess(aws.dynamodb, aws.dependencies.table_name))
         self.machines = {
             "slow": aws.create_workflow("slow", SLOW_WORKFLOW),
             "pass": aws.create_workflow("pass", PASS_WORKFLOW),
