@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import ClientError
 
+from dependency_tracker.core import naming
 from dependency_tracker.core.enums import DependencyError, PayloadState, utcnow
 from dependency_tracker.core.limits import SQS_MAX_BATCH_ENTRIES
 from dependency_tracker.core.observability import logger, metrics
@@ -214,6 +215,10 @@ class JoinCancellation:
             )
             return "ended"
         arn = state.execution_arn if state is not None else None
+        if arn is not None and naming.is_express_arn(arn):
+            # StopExecution does not take Express executions: the run ends on its own, within
+            # Express's 5 minutes, and its outcome is recorded on the row as any member's.
+            return "express"
         if arn is not None:
             self._stop(arn, cause)
         self.dependencies.resolve(

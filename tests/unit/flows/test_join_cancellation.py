@@ -428,6 +428,25 @@ def test_a_member_whose_payload_already_ended_is_resolved_with_its_real_outcome(
     assert_stopped(stack, "ending", "slow", ended_cause(p, "ABORTED"))
 
 
+def test_an_express_member_is_left_to_end_on_its_own(stack: Stack) -> None:
+    # GIVEN a cancelling join whose member runs as an Express execution (its state row names
+    # an express ARN: StopExecution does not take those)
+    p = stack.parent("cancel-parent")
+    stack.join("express", ["fast-x"], parent=p, on_parent_gone="cancel")
+    express = "arn:aws:states:us-east-1:123456789012:express:deptrack-slow:x:0b1c2d3e"
+    stack.aws.dynamodb.update_item(
+        TableName=stack.aws.states.table_name,
+        Key={"payload_id": {"S": payload_id("fast-x", "slow")}},
+        UpdateExpression="SET execution_arn = :arn",
+        ExpressionAttributeValues={":arn": {"S": express}},
+    )
+    # WHEN the join's parent ends
+    assert stack.cancellation.parent_ended(p, "ABORTED") == 1
+    stack.drain()
+    # THEN the member is not stopped nor recorded ABORTED: its own end will be recorded
+    assert stack.membership("express", "fast-x").workflow_state is PayloadState.PROCESSING
+
+
 # ----------------------------------------------------------------------------- watch
 
 
